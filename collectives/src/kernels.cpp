@@ -1,0 +1,2 @@
+// Reduction kernels: placeholder until the store backend lands.
+namespace accrun::collectives {}

@@ -1,0 +1,4 @@
+// accrun/accrun.hpp — a thin C++ layer over <accrun/accrun.h>.
+#pragma once
+
+#include "accrun/accrun.h"
