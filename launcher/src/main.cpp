@@ -1,8 +1,11 @@
-// The accrun program: parses the command line and hands it to the launcher.
+// The accrun program: parses the command line and runs one mode.
 #include <cstdio>
 
+#include "accrun/commands.hpp"
 #include "accrun/options.hpp"
 #include "version.hpp"
+
+extern char** environ;
 
 int main(int argc, char** argv) {
   using namespace accrun::launcher;
@@ -19,6 +22,7 @@ int main(int argc, char** argv) {
     std::fputs(version_text().c_str(), stdout);
     return 0;
   }
-  std::fputs(usage().c_str(), stderr);
-  return 2;
+  if (opts->detect) return detect_main(*opts, environ);
+  if (opts->dry_run) return dry_run_main(*opts, environ);
+  return launch_main(*opts, environ);
 }

@@ -1,0 +1,29 @@
+// accrun/commands.hpp — the accrun program's modes, each a function of the
+// parsed options and the environment accrun started with.  Each returns the
+// process exit status (DESIGN.md §9: 0, 2 for bad input, ...).
+#pragma once
+
+#include "accrun/detect.hpp"
+#include "accrun/options.hpp"
+#include "accrun/plan.hpp"
+
+namespace accrun::launcher {
+
+// accrun --detect [--json]                          (launcher/src/detect_command.cpp)
+int detect_main(const Options& options, char** envp);
+// accrun --dry-run [--json] ...                     (launcher/src/dry_run.cpp)
+int dry_run_main(const Options& options, char** envp);
+// accrun -n N program ...: plan, spawn, wait        (launcher/src/launch.cpp)
+int launch_main(const Options& options, char** envp);
+
+// The detection configuration for this host: ACCRUN_SYSFS_ROOT,
+// HWLOC_XMLFILE/--topology, --num-gpus, --resources, --host-accelerator-type.
+detect::DetectConfig detect_config(const Options& options, char** envp);
+
+// Everything between the command line and a Plan: detection of this host,
+// the hostfile or -H list, the JobSpec, and plan().  `master_port` is the
+// port the launcher chose for MASTER_PORT.  Errors are bad input (exit 2)
+// unless their code says otherwise.                  (launcher/src/job.cpp)
+Result<Plan> build_plan(const Options& options, char** envp, int master_port);
+
+}  // namespace accrun::launcher
