@@ -1,0 +1,123 @@
+// accrun/backend.hpp — the interface between libaccrun's named groups
+// (runtime/) and the backends that move the data (collectives/store, mpi,
+// nccl).  The runtime resolves membership and the group's epoch, then asks a
+// backend factory for a Backend bound to that incarnation of the group.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "accrun/status.hpp"
+
+namespace accrun::collectives {
+
+// Same order and values as accrun_dtype_t / accrun_op_t in <accrun/accrun.h>.
+enum class DType { kInt8, kUInt8, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64 };
+enum class Op { kSum, kProd, kMin, kMax };
+enum class BackendKind { kStore, kMpi, kNccl };
+
+std::size_t dtype_size(DType dt);
+const char* dtype_name(DType dt);
+const char* op_name(Op op);
+const char* backend_name(BackendKind kind);
+
+// inout[i] = inout[i] (op) in[i] for i < count.  float16 and bfloat16 are
+// reduced in float32 and rounded to nearest even.  (collectives/src/kernels.cpp)
+void reduce_into(DType dt, Op op, void* inout, const void* in, std::size_t count);
+
+// One member of a group, by group rank.
+struct Member {
+  int job_rank = 0;       // rank in the job
+  std::string host;       // ACCRUN_HOST of that rank
+  int node_rank = 0;      // index of its host in the job
+  int local_rank = 0;     // rank among the job's ranks on its host
+  long pid = 0;           // its process id (meaningful on the same host)
+};
+
+// The group's slice of the job's name directory, already scoped to the
+// group's name and epoch: a key published here can never be read by another
+// incarnation of the group.  Implemented by the runtime over PMIx
+// publish/lookup, and in memory by the in-process tests.
+class Rendezvous {
+ public:
+  virtual ~Rendezvous() = default;
+  // Publishes an immutable value; publishing an existing key is invalid usage.
+  virtual Status publish(const std::string& key, const std::string& value) = 0;
+  // Waits up to timeout_ms (< 0: forever) for the key; kTimeout otherwise.
+  virtual Result<std::string> lookup(const std::string& key, int timeout_ms) = 0;
+};
+
+// What the job knows about failed ranks (PMIx events from the launcher).
+// Backends consult it while they wait, so a dead peer is an error, not a hang.
+class PeerMonitor {
+ public:
+  virtual ~PeerMonitor() = default;
+  // A description such as "rank 3 on host n1 exited with status 1", or
+  // nothing while the rank is not known to have failed.  Thread-safe.
+  virtual std::optional<std::string> failure(int job_rank) const = 0;
+};
+
+// Everything a backend needs to bind to one incarnation of a group.
+struct GroupContext {
+  std::string name;
+  std::uint64_t epoch = 0;
+  int rank = 0;                        // this process's group rank
+  int size = 1;
+  std::vector<Member> members;         // indexed by group rank
+  std::string shm_dir;                 // private per-job directory for segments (0700)
+  bool oversubscribed = false;         // ACCRUN_OVERSUBSCRIBED: yield instead of spinning
+  int timeout_ms = -1;                 // < 0: no timeout
+  Rendezvous* rendezvous = nullptr;    // not owned; outlives the backend
+  const PeerMonitor* peers = nullptr;  // not owned; may be null
+};
+
+// A group's data mover.  Calls on one Backend come from one thread at a
+// time (the runtime serialises per group); different Backends are
+// independent.  Every call is collective over the group unless noted, and
+// returns kRemote naming the peer when one fails, kTimeout past the timeout.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+  virtual void set_timeout(int timeout_ms) = 0;
+  virtual Status allreduce(const void* send, void* recv, std::size_t count, DType dt, Op op,
+                           void* stream) = 0;
+  virtual Status reduce(const void* send, void* recv, std::size_t count, DType dt, Op op, int root,
+                        void* stream) = 0;
+  virtual Status broadcast(void* buf, std::size_t count, DType dt, int root, void* stream) = 0;
+  virtual Status allgather(const void* send, void* recv, std::size_t count_per_rank, DType dt,
+                           void* stream) = 0;
+  virtual Status reducescatter(const void* send, void* recv, std::size_t recv_count, DType dt,
+                               Op op, void* stream) = 0;
+  virtual Status barrier() = 0;
+  // Point-to-point (not collective).
+  virtual Status send(const void* buf, std::size_t count, DType dt, int peer, void* stream) = 0;
+  virtual Status recv(void* buf, std::size_t count, DType dt, int peer, void* stream) = 0;
+  // Sends and receives between group_start() and group_end() are posted
+  // together and complete at group_end().
+  virtual Status group_start() = 0;
+  virtual Status group_end() = 0;
+};
+
+// Factories.  Each is collective over the group's members.
+Result<std::unique_ptr<Backend>> make_store_backend(const GroupContext& ctx);   // store/
+Result<std::unique_ptr<Backend>> make_mpi_backend(const GroupContext& ctx);     // mpi/: kNotSupported without MPI
+Result<std::unique_ptr<Backend>> make_nccl_backend(const GroupContext& ctx);    // nccl/: kNotSupported without NCCL
+
+// AUTO selection (DESIGN.md §5).  The runtime gathers these facts from every
+// member during group init, so every member computes the same answer.
+struct MemberFacts {
+  std::string host;
+  std::vector<int> gpu_ids;            // the GPUs the rank holds (ACCRUN_GPU_IDS)
+  bool gpus_whole = true;              // false when it holds a fraction (ACCRUN_GPU_FRACTION)
+  bool nccl_loadable = false;          // libnccl.so.2 and the CUDA runtime load here
+  bool mpi_initialized = false;        // the program has initialised MPI
+};
+// Returns the backend to use; `why` receives a one-line reason for the log.
+BackendKind resolve_auto(const std::vector<MemberFacts>& facts, std::string* why);
+
+}  // namespace accrun::collectives
