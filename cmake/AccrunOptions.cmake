@@ -22,8 +22,10 @@ endif()
 function(accrun_target_defaults target)
   target_compile_options(${target} PRIVATE -Wall -Wextra)
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-    # GCC 12 reports false positives on std::variant/std::optional of strings at -O2.
-    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-maybe-uninitialized>)
+    # GCC 12 reports false positives on std::variant/std::optional of strings at -O2
+    # (maybe-uninitialized) and on std::string concatenation at -O3 (restrict).
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:-Wno-maybe-uninitialized -Wno-restrict>)
   endif()
   if(ACCRUN_WERROR)
     target_compile_options(${target} PRIVATE -Werror)

@@ -14,7 +14,7 @@ packages=(
   libboost-program-options-dev
   libgtest-dev libgmock-dev googletest
   python3 python3-mpi4py
-  iproute2 procps
+  iproute2 procps groff-base man-db
 )
 
 missing=()

@@ -1,14 +1,623 @@
-// Placeholder C API until the runtime lands: getters return -1, every other
-// call ACCRUN_ERR_NOT_SUPPORTED.
+// api.cpp — the C API of <accrun/accrun.h>: argument checks, the process's
+// runtime state, and the boundary no C++ exception crosses.
+//
+// The C API is a process-wide interface (accrun_init has no handle), so the
+// runtime state is the one global of libaccrun, kept in this file behind a
+// shared mutex: calls take it shared, accrun_init/accrun_finalize exclusive.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <set>
+#include <shared_mutex>
+#include <string>
+
 #include "accrun/accrun.h"
+#include "accrun/backend.hpp"
+#include "accrun/log.hpp"
+#include "config.hpp"
+#include "directory.hpp"
+#include "groups.hpp"
+#include "object_store.hpp"
+#include "peers.hpp"
+#include "pmix_client.hpp"
 
 #define ACCRUN_API extern "C" __attribute__((visibility("default")))
 
-ACCRUN_API int accrun_init(void) { return ACCRUN_ERR_NOT_SUPPORTED; }
-ACCRUN_API int accrun_finalize(void) { return ACCRUN_ERR_NOT_SUPPORTED; }
-ACCRUN_API int accrun_rank(void) { return -1; }
-ACCRUN_API int accrun_size(void) { return -1; }
-ACCRUN_API int accrun_local_rank(void) { return -1; }
-ACCRUN_API int accrun_local_size(void) { return -1; }
-ACCRUN_API const char* accrun_strerror(int) { return "not supported"; }
-ACCRUN_API const char* accrun_last_error(void) { return ""; }
+using accrun::Code;
+using accrun::Result;
+using accrun::Status;
+namespace coll = accrun::collectives;
+namespace rt = accrun::runtime;
+
+struct accrun_group_s {
+  std::shared_ptr<rt::Group> group;
+};
+
+namespace {
+
+// cudaPointerGetAttributes, found only if the program already loaded the
+// CUDA runtime: libaccrun never loads it to check a pointer.
+struct CudaPointerAttributes {
+  int type;  // cudaMemoryType: 2 = device
+  int device;
+  void* device_pointer;
+  void* host_pointer;
+};
+using CudaPointerGetAttributesFn = int (*)(CudaPointerAttributes*, const void*);
+using CudaGetLastErrorFn = int (*)();
+
+struct Runtime {
+  rt::RuntimeConfig cfg;
+  int rank = 0, size = 1, local_rank = 0, local_size = 1, node_rank = 0;
+  std::string host;
+  std::unique_ptr<rt::PeerTable> peers;
+  std::unique_ptr<rt::PmixClient> pmix;
+  std::unique_ptr<rt::MemoryDirectory> lone_directory;
+  rt::Directory* directory = nullptr;
+  std::string shm_dir;
+  bool remove_shm_dir = false;  // a directory this process made (lone process)
+  std::unique_ptr<rt::ObjectStore> store;
+  std::unique_ptr<rt::GroupManager> groups;
+  std::mutex live_mu;
+  std::set<accrun_group_s*> live;
+  CudaPointerGetAttributesFn cuda_attrs = nullptr;
+  CudaGetLastErrorFn cuda_last_error = nullptr;
+
+  ~Runtime() {
+    // Backends first (they use the directory and peers), then the store,
+    // then PMIx, then the private directory.
+    for (auto* h : live) {
+      (void)groups->destroy(*h->group);
+      delete h;
+    }
+    live.clear();
+    groups.reset();
+    store.reset();
+    (void)coll::mpi_finalize_owned();
+    pmix.reset();
+    if (remove_shm_dir) {
+      std::error_code ec;
+      std::filesystem::remove_all(shm_dir, ec);
+    }
+  }
+};
+
+std::shared_mutex g_state_mu;
+Runtime* g_runtime = nullptr;  // guarded by g_state_mu
+thread_local std::string t_last_error;
+
+int fail(const Status& st) {
+  t_last_error = st.message().empty() ? accrun::code_name(st.code()) : st.message();
+  accrun::log(accrun::LogLevel::kDebug, "%s", t_last_error.c_str());
+  return static_cast<int>(st.code());
+}
+
+// Runs f at the C boundary: Status → code, exceptions → codes.
+template <class F>
+int boundary(const char* fn, F&& f) noexcept {
+  try {
+    Status st = f();
+    if (st.is_ok()) return ACCRUN_SUCCESS;
+    return fail(st.with_context(fn));
+  } catch (const std::bad_alloc&) {
+    return fail(Status(Code::kSystem, std::string(fn) + ": out of memory"));
+  } catch (const std::exception& e) {
+    return fail(Status(Code::kSystem, std::string(fn) + ": internal error: " + e.what()));
+  } catch (...) {
+    return fail(Status(Code::kSystem, std::string(fn) + ": internal error"));
+  }
+}
+
+Status not_initialised() { return accrun::invalid_usage("accrun_init has not been called"); }
+
+std::string upper(const char* s) {
+  std::string u(s);
+  for (auto& c : u) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return u;
+}
+
+Result<std::string> make_private_dir(const std::string& tag) {
+  std::string base = "/dev/shm";
+  if (::access(base.c_str(), W_OK) != 0) {
+    const char* t = std::getenv("TMPDIR");  // only where /dev/shm is missing
+    base = t != nullptr && *t != '\0' ? t : "/tmp";
+  }
+  std::string tmpl = base + "/accrun." + std::to_string(::getuid()) + "." + tag + ".XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (::mkdtemp(buf.data()) == nullptr) return accrun::system_error("mkdtemp " + tmpl);
+  return std::string(buf.data());
+}
+
+Status init_runtime(Runtime& r) {
+  auto cfg = rt::read_config(rt::process_environment());
+  if (!cfg) return cfg.status();
+  r.cfg = std::move(cfg).value();
+  char hostbuf[256] = {};
+  ::gethostname(hostbuf, sizeof hostbuf - 1);
+  if (r.cfg.pmix_server) {
+    r.peers = std::make_unique<rt::PeerTable>(r.cfg.host.empty() ? hostbuf : r.cfg.host);
+    auto client = rt::PmixClient::init(r.peers.get());
+    if (!client) return client.status();
+    r.pmix = std::move(client).value();
+    const auto& f = r.pmix->facts();
+    auto pick = [](int pmix_value, int env_value, int fallback) {
+      return pmix_value >= 0 ? pmix_value : env_value >= 0 ? env_value : fallback;
+    };
+    r.rank = pick(f.rank, r.cfg.rank, 0);
+    r.size = pick(f.size, r.cfg.size, 1);
+    r.local_rank = pick(f.local_rank, r.cfg.local_rank, 0);
+    r.local_size = pick(f.local_size, r.cfg.local_size, 1);
+    r.node_rank = r.cfg.node_rank >= 0 ? r.cfg.node_rank : f.node_id >= 0 ? f.node_id : 0;
+    r.host = !r.cfg.host.empty() ? r.cfg.host : !f.host.empty() ? f.host : hostbuf;
+    r.directory = &r.pmix->directory();
+    if (!r.cfg.shm_dir.empty()) {
+      r.shm_dir = r.cfg.shm_dir;
+    } else {
+      // Another PMIx launcher: a private directory per process would not be
+      // shared, so each process makes its own and the store stays per process.
+      auto d = make_private_dir("pmix");
+      if (!d) return d.status();
+      r.shm_dir = *d;
+      r.remove_shm_dir = true;
+    }
+  } else {
+    // A lone process: a job of one rank.
+    r.host = r.cfg.host.empty() ? hostbuf : r.cfg.host;
+    r.peers = std::make_unique<rt::PeerTable>(r.host);
+    r.lone_directory = std::make_unique<rt::MemoryDirectory>();
+    r.directory = r.lone_directory.get();
+    auto d = make_private_dir("lone");
+    if (!d) return d.status();
+    r.shm_dir = *d;
+    r.remove_shm_dir = true;
+  }
+
+  rt::StoreOptions so;
+  so.shm_dir = r.shm_dir;
+  so.host = r.host;
+  so.job_rank = r.rank;
+  so.size_spec = r.cfg.store_size;
+  auto store = rt::ObjectStore::open(*r.directory, so);
+  if (!store) return store.status();
+  r.store = std::move(store).value();
+
+  rt::SelfInfo self;
+  self.member.job_rank = r.rank;
+  self.member.host = r.host;
+  self.member.node_rank = r.node_rank;
+  self.member.local_rank = r.local_rank;
+  self.member.pid = ::getpid();
+  self.facts.host = r.host;
+  if (auto it = r.cfg.accelerator_ids.find("GPU"); it != r.cfg.accelerator_ids.end())
+    self.facts.gpu_ids = it->second;
+  self.facts.gpus_whole = r.cfg.fractions.count("GPU") == 0;
+  rt::GroupManagerOptions go;
+  go.shm_dir = r.shm_dir;
+  go.oversubscribed = r.cfg.oversubscribed;
+  go.init_timeout_ms = r.cfg.group_init_timeout_ms;
+  go.refresh_facts = [](coll::MemberFacts& f) {
+    f.mpi_initialized = coll::mpi_initialized();
+    // Loading NCCL and the CUDA runtime is slow: only when it can matter.
+    f.nccl_loadable = f.gpu_ids.size() == 1 && f.gpus_whole && coll::nccl_loadable(nullptr);
+  };
+  auto factory = [](coll::BackendKind kind, const coll::GroupContext& ctx)
+      -> Result<std::unique_ptr<coll::Backend>> {
+    switch (kind) {
+      case coll::BackendKind::kStore: return coll::make_store_backend(ctx);
+      case coll::BackendKind::kMpi: return coll::make_mpi_backend(ctx);
+      case coll::BackendKind::kNccl: return coll::make_nccl_backend(ctx);
+    }
+    return accrun::invalid_argument("unknown backend");
+  };
+  r.groups = std::make_unique<rt::GroupManager>(*r.directory, r.peers.get(), self, go, factory,
+                                                coll::resolve_auto);
+  r.cuda_attrs = reinterpret_cast<CudaPointerGetAttributesFn>(::dlsym(RTLD_DEFAULT, "cudaPointerGetAttributes"));
+  r.cuda_last_error = reinterpret_cast<CudaGetLastErrorFn>(::dlsym(RTLD_DEFAULT, "cudaGetLastError"));
+  accrun::log(accrun::LogLevel::kDebug, "rank %d of %d on %s (local %d of %d), %s, shm %s", r.rank, r.size,
+              r.host.c_str(), r.local_rank, r.local_size, r.pmix ? "PMIx client" : "lone process",
+              r.shm_dir.c_str());
+  return Status::ok();
+}
+
+// ---- argument checks shared by the data calls ----
+
+Status check_dtype(int dt) {
+  if (dt < ACCRUN_INT8 || dt > ACCRUN_FLOAT64)
+    return accrun::invalid_argument("dtype " + std::to_string(dt) + " is not an accrun_dtype_t");
+  return Status::ok();
+}
+Status check_op(int op) {
+  if (op < ACCRUN_SUM || op > ACCRUN_MAX)
+    return accrun::invalid_argument("op " + std::to_string(op) + " is not an accrun_op_t");
+  return Status::ok();
+}
+std::size_t dtype_bytes(int dt) {
+  static constexpr std::size_t kSizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
+  return kSizes[dt];
+}
+
+// Holds the runtime (shared) and the group's call lock while a call runs, so
+// neither accrun_finalize nor accrun_group_destroy can pull it away.
+template <class F>
+Status with_group(accrun_group_t g, F&& f) {
+  if (g == nullptr) return accrun::invalid_argument("group is NULL");
+  std::shared_lock state(g_state_mu);
+  if (g_runtime == nullptr) return not_initialised();
+  std::shared_ptr<rt::Group> grp;
+  {
+    std::lock_guard lock(g_runtime->live_mu);
+    if (g_runtime->live.count(g) == 0) return accrun::invalid_argument("not a live group (destroyed already?)");
+    grp = g->group;
+  }
+  std::lock_guard call(grp->call_mu);
+  if (!grp->backend) return accrun::invalid_usage("group '" + grp->name + "' is being destroyed");
+  return f(*g_runtime, *grp);
+}
+
+struct Buf {
+  const void* ptr;
+  std::size_t count;  // elements
+  const char* what;
+};
+
+// Pointers, sizes, the stream and the memory kind of each buffer.
+Status check_data(const Runtime& r, const rt::Group& g, int dt, std::initializer_list<Buf> bufs, void* stream) {
+  ACCRUN_RETURN_IF_ERROR(check_dtype(dt));
+  const bool nccl = g.kind == coll::BackendKind::kNccl;
+  if (stream != nullptr && !nccl)
+    return accrun::invalid_argument(std::string("stream must be NULL on a ") +
+                                    coll::backend_name(g.kind) + " group (streams are for NCCL groups)");
+  for (const Buf& b : bufs) {
+    if (b.count > SIZE_MAX / dtype_bytes(dt) / 2)
+      return accrun::invalid_argument(std::string(b.what) + ": count " + std::to_string(b.count) + " is too large");
+    if (b.count > 0 && b.ptr == nullptr) return accrun::invalid_argument(std::string(b.what) + " is NULL");
+    if (!nccl && b.ptr != nullptr && r.cuda_attrs != nullptr) {
+      CudaPointerAttributes a{};
+      if (r.cuda_attrs(&a, b.ptr) == 0) {
+        if (a.type == 2)
+          return accrun::invalid_argument(std::string(b.what) + " is GPU device memory, but group '" + g.name +
+                                          "' uses the " + coll::backend_name(g.kind) +
+                                          " backend, which needs host memory (use an NCCL group)");
+      } else if (r.cuda_last_error != nullptr) {
+        r.cuda_last_error();  // a host pointer on old CUDA: clear the error we caused
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Status check_rank(const rt::Group& g, int r, const char* what) {
+  if (r < 0 || r >= g.size)
+    return accrun::invalid_argument(std::string(what) + " " + std::to_string(r) + " is out of range for group '" +
+                                    g.name + "' of size " + std::to_string(g.size));
+  return Status::ok();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- job context
+
+ACCRUN_API int accrun_init(void) {
+  return boundary("accrun_init", []() -> Status {
+    std::unique_lock lock(g_state_mu);
+    if (g_runtime != nullptr) return accrun::invalid_usage("accrun_init was called already");
+    auto r = std::make_unique<Runtime>();
+    ACCRUN_RETURN_IF_ERROR(init_runtime(*r));
+    g_runtime = r.release();
+    return Status::ok();
+  });
+}
+
+ACCRUN_API int accrun_finalize(void) {
+  return boundary("accrun_finalize", []() -> Status {
+    std::unique_lock lock(g_state_mu);
+    if (g_runtime == nullptr) return not_initialised();
+    delete g_runtime;
+    g_runtime = nullptr;
+    return Status::ok();
+  });
+}
+
+namespace {
+template <class F>
+int getter(F&& f) noexcept {
+  std::shared_lock lock(g_state_mu);
+  return g_runtime == nullptr ? -1 : f(*g_runtime);
+}
+}  // namespace
+
+ACCRUN_API int accrun_rank(void) { return getter([](const Runtime& r) { return r.rank; }); }
+ACCRUN_API int accrun_size(void) { return getter([](const Runtime& r) { return r.size; }); }
+ACCRUN_API int accrun_local_rank(void) { return getter([](const Runtime& r) { return r.local_rank; }); }
+ACCRUN_API int accrun_local_size(void) { return getter([](const Runtime& r) { return r.local_size; }); }
+
+ACCRUN_API int accrun_accelerator_ids(const char* resource, int* ids, int max_ids, int* count) {
+  return boundary("accrun_accelerator_ids", [&]() -> Status {
+    if (resource == nullptr) return accrun::invalid_argument("resource is NULL");
+    if (count == nullptr) return accrun::invalid_argument("count is NULL");
+    if (max_ids < 0) return accrun::invalid_argument("max_ids is negative");
+    if (max_ids > 0 && ids == nullptr) return accrun::invalid_argument("ids is NULL but max_ids > 0");
+    std::shared_lock lock(g_state_mu);
+    if (g_runtime == nullptr) return not_initialised();
+    *count = 0;
+    auto it = g_runtime->cfg.accelerator_ids.find(upper(resource));
+    if (it == g_runtime->cfg.accelerator_ids.end()) return Status::ok();
+    const auto& v = it->second;
+    for (std::size_t i = 0; i < v.size() && i < static_cast<std::size_t>(max_ids); ++i) ids[i] = v[i];
+    *count = static_cast<int>(v.size());
+    return Status::ok();
+  });
+}
+
+ACCRUN_API const char* accrun_accelerator_type(const char* resource) {
+  try {
+    std::shared_lock lock(g_state_mu);
+    if (g_runtime == nullptr) return nullptr;
+    const auto& c = g_runtime->cfg;
+    if (resource == nullptr) return c.accelerator_type.empty() ? nullptr : c.accelerator_type.c_str();
+    std::string res = upper(resource);
+    if (auto it = c.accelerator_types.find(res); it != c.accelerator_types.end()) return it->second.c_str();
+    if (c.accelerator_ids.count(res) == 0 || c.accelerator_type.empty()) return nullptr;
+    return c.accelerator_type.c_str();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+ACCRUN_API const char* accrun_pod(const char* level) {
+  try {
+    if (level == nullptr) return nullptr;
+    std::shared_lock lock(g_state_mu);
+    if (g_runtime == nullptr) return nullptr;
+    const auto& c = g_runtime->cfg;
+    std::string l = upper(level);
+    const std::optional<std::string>* v = l == "POD" ? &c.pod : l == "ZONE" ? &c.zone : l == "REGION" ? &c.region : nullptr;
+    return v != nullptr && v->has_value() ? (*v)->c_str() : nullptr;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+// ---------------------------------------------------------------- groups
+
+ACCRUN_API int accrun_group_init(const char* name, int world_size, int rank, accrun_backend_t backend,
+                                 accrun_group_t* group) {
+  return boundary("accrun_group_init", [&]() -> Status {
+    if (group == nullptr) return accrun::invalid_argument("group is NULL");
+    *group = nullptr;
+    if (name == nullptr || *name == '\0') return accrun::invalid_argument("group name is NULL or empty");
+    if (std::strlen(name) > 256) return accrun::invalid_argument("group name longer than 256 bytes");
+    if (world_size < 1) return accrun::invalid_argument("world_size " + std::to_string(world_size) + " is < 1");
+    if (rank < 0 || rank >= world_size)
+      return accrun::invalid_argument("rank " + std::to_string(rank) + " is out of range for world_size " +
+                                      std::to_string(world_size));
+    int b = static_cast<int>(backend);
+    if (b < ACCRUN_BACKEND_AUTO || b > ACCRUN_BACKEND_NCCL)
+      return accrun::invalid_argument("backend " + std::to_string(b) + " is not an accrun_backend_t");
+    std::optional<coll::BackendKind> requested;
+    if (backend == ACCRUN_BACKEND_STORE) requested = coll::BackendKind::kStore;
+    if (backend == ACCRUN_BACKEND_MPI) requested = coll::BackendKind::kMpi;
+    if (backend == ACCRUN_BACKEND_NCCL) requested = coll::BackendKind::kNccl;
+    std::shared_lock state(g_state_mu);
+    if (g_runtime == nullptr) return not_initialised();
+    auto g = g_runtime->groups->create(name, world_size, rank, requested);
+    if (!g) return g.status();
+    auto* h = new accrun_group_s{std::move(g).value()};
+    std::lock_guard lock(g_runtime->live_mu);
+    g_runtime->live.insert(h);
+    *group = h;
+    return Status::ok();
+  });
+}
+
+ACCRUN_API int accrun_group_rank(accrun_group_t g) {
+  int out = -1;
+  int rc = boundary("accrun_group_rank", [&] {
+    return with_group(g, [&](Runtime&, rt::Group& grp) { out = grp.rank; return Status::ok(); });
+  });
+  return rc == ACCRUN_SUCCESS ? out : -1;
+}
+
+ACCRUN_API int accrun_group_size(accrun_group_t g) {
+  int out = -1;
+  int rc = boundary("accrun_group_size", [&] {
+    return with_group(g, [&](Runtime&, rt::Group& grp) { out = grp.size; return Status::ok(); });
+  });
+  return rc == ACCRUN_SUCCESS ? out : -1;
+}
+
+ACCRUN_API int accrun_group_set_timeout(accrun_group_t g, int timeout_ms) {
+  return boundary("accrun_group_set_timeout", [&] {
+    return with_group(g, [&](Runtime&, rt::Group& grp) {
+      grp.timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
+      grp.backend->set_timeout(grp.timeout_ms);
+      return Status::ok();
+    });
+  });
+}
+
+ACCRUN_API int accrun_group_destroy(accrun_group_t g) {
+  return boundary("accrun_group_destroy", [&]() -> Status {
+    if (g == nullptr) return accrun::invalid_argument("group is NULL");
+    std::shared_lock state(g_state_mu);
+    if (g_runtime == nullptr) return not_initialised();
+    {
+      std::lock_guard lock(g_runtime->live_mu);
+      if (g_runtime->live.erase(g) == 0) return accrun::invalid_argument("not a live group (destroyed already?)");
+    }
+    std::unique_ptr<accrun_group_s> h(g);
+    std::lock_guard call(h->group->call_mu);  // waits for a call in progress
+    return g_runtime->groups->destroy(*h->group);
+  });
+}
+
+// ---------------------------------------------------------------- collectives
+
+namespace {
+coll::DType dtype_of(accrun_dtype_t dt) { return static_cast<coll::DType>(dt); }
+coll::Op op_of(accrun_op_t op) { return static_cast<coll::Op>(op); }
+}  // namespace
+
+ACCRUN_API int accrun_allreduce(accrun_group_t g, const void* send, void* recv, size_t count, accrun_dtype_t dt,
+                                accrun_op_t op, void* stream) {
+  return boundary("accrun_allreduce", [&] {
+    return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
+      ACCRUN_RETURN_IF_ERROR(check_op(op));
+      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, dt, {{send, count, "send"}, {recv, count, "recv"}}, stream));
+      return grp.backend->allreduce(send, recv, count, dtype_of(dt), op_of(op), stream);
+    });
+  });
+}
+
+ACCRUN_API int accrun_reduce(accrun_group_t g, const void* send, void* recv, size_t count, accrun_dtype_t dt,
+                             accrun_op_t op, int root, void* stream) {
+  return boundary("accrun_reduce", [&] {
+    return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
+      ACCRUN_RETURN_IF_ERROR(check_op(op));
+      ACCRUN_RETURN_IF_ERROR(check_rank(grp, root, "root"));
+      // Only the root receives; recv may be NULL elsewhere.
+      std::size_t recv_count = grp.rank == root ? count : 0;
+      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, dt, {{send, count, "send"}, {recv, recv_count, "recv"}}, stream));
+      return grp.backend->reduce(send, recv, count, dtype_of(dt), op_of(op), root, stream);
+    });
+  });
+}
+
+ACCRUN_API int accrun_broadcast(accrun_group_t g, void* buf, size_t count, accrun_dtype_t dt, int root,
+                                void* stream) {
+  return boundary("accrun_broadcast", [&] {
+    return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
+      ACCRUN_RETURN_IF_ERROR(check_rank(grp, root, "root"));
+      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, dt, {{buf, count, "buf"}}, stream));
+      return grp.backend->broadcast(buf, count, dtype_of(dt), root, stream);
+    });
+  });
+}
+
+ACCRUN_API int accrun_allgather(accrun_group_t g, const void* send, void* recv, size_t count_per_rank,
+                                accrun_dtype_t dt, void* stream) {
+  return boundary("accrun_allgather", [&] {
+    return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
+      std::size_t total = count_per_rank * static_cast<std::size_t>(grp.size);
+      if (count_per_rank != 0 && total / static_cast<std::size_t>(grp.size) != count_per_rank)
+        return accrun::invalid_argument("count_per_rank is too large");
+      ACCRUN_RETURN_IF_ERROR(
+          check_data(r, grp, dt, {{send, count_per_rank, "send"}, {recv, total, "recv"}}, stream));
+      return grp.backend->allgather(send, recv, count_per_rank, dtype_of(dt), stream);
+    });
+  });
+}
+
+ACCRUN_API int accrun_reducescatter(accrun_group_t g, const void* send, void* recv, size_t recv_count,
+                                    accrun_dtype_t dt, accrun_op_t op, void* stream) {
+  return boundary("accrun_reducescatter", [&] {
+    return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
+      ACCRUN_RETURN_IF_ERROR(check_op(op));
+      std::size_t total = recv_count * static_cast<std::size_t>(grp.size);
+      if (recv_count != 0 && total / static_cast<std::size_t>(grp.size) != recv_count)
+        return accrun::invalid_argument("recv_count is too large");
+      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, dt, {{send, total, "send"}, {recv, recv_count, "recv"}}, stream));
+      return grp.backend->reducescatter(send, recv, recv_count, dtype_of(dt), op_of(op), stream);
+    });
+  });
+}
+
+ACCRUN_API int accrun_barrier(accrun_group_t g) {
+  return boundary("accrun_barrier", [&] {
+    return with_group(g, [&](Runtime&, rt::Group& grp) { return grp.backend->barrier(); });
+  });
+}
+
+// ---------------------------------------------------------------- point-to-point
+
+ACCRUN_API int accrun_send(accrun_group_t g, const void* buf, size_t count, accrun_dtype_t dt, int peer,
+                           void* stream) {
+  return boundary("accrun_send", [&] {
+    return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
+      ACCRUN_RETURN_IF_ERROR(check_rank(grp, peer, "peer"));
+      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, dt, {{buf, count, "buf"}}, stream));
+      return grp.backend->send(buf, count, dtype_of(dt), peer, stream);
+    });
+  });
+}
+
+ACCRUN_API int accrun_recv(accrun_group_t g, void* buf, size_t count, accrun_dtype_t dt, int peer, void* stream) {
+  return boundary("accrun_recv", [&] {
+    return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
+      ACCRUN_RETURN_IF_ERROR(check_rank(grp, peer, "peer"));
+      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, dt, {{buf, count, "buf"}}, stream));
+      return grp.backend->recv(buf, count, dtype_of(dt), peer, stream);
+    });
+  });
+}
+
+ACCRUN_API int accrun_group_start(accrun_group_t g) {
+  return boundary("accrun_group_start", [&] {
+    return with_group(g, [&](Runtime&, rt::Group& grp) { return grp.backend->group_start(); });
+  });
+}
+
+ACCRUN_API int accrun_group_end(accrun_group_t g) {
+  return boundary("accrun_group_end", [&] {
+    return with_group(g, [&](Runtime&, rt::Group& grp) { return grp.backend->group_end(); });
+  });
+}
+
+// ---------------------------------------------------------------- object store
+
+ACCRUN_API int accrun_put(const char* key, const void* buf, size_t len) {
+  return boundary("accrun_put", [&]() -> Status {
+    if (key == nullptr) return accrun::invalid_argument("key is NULL");
+    if (buf == nullptr && len > 0) return accrun::invalid_argument("buf is NULL");
+    std::shared_lock state(g_state_mu);
+    if (g_runtime == nullptr) return not_initialised();
+    return g_runtime->store->put(key, buf, len);
+  });
+}
+
+ACCRUN_API int accrun_get(const char* key, void* buf, size_t max_len, size_t* len, int timeout_ms) {
+  return boundary("accrun_get", [&]() -> Status {
+    if (key == nullptr) return accrun::invalid_argument("key is NULL");
+    if (len == nullptr) return accrun::invalid_argument("len is NULL");
+    if (buf == nullptr && max_len > 0) return accrun::invalid_argument("buf is NULL but max_len > 0");
+    std::shared_lock state(g_state_mu);
+    if (g_runtime == nullptr) return not_initialised();
+    return g_runtime->store->get(key, buf, max_len, len, timeout_ms);
+  });
+}
+
+ACCRUN_API int accrun_delete(const char* key) {
+  return boundary("accrun_delete", [&]() -> Status {
+    if (key == nullptr) return accrun::invalid_argument("key is NULL");
+    std::shared_lock state(g_state_mu);
+    if (g_runtime == nullptr) return not_initialised();
+    return g_runtime->store->remove(key);
+  });
+}
+
+// ---------------------------------------------------------------- errors
+
+ACCRUN_API const char* accrun_strerror(int err) {
+  switch (err) {
+    case ACCRUN_SUCCESS: return "success";
+    case ACCRUN_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case ACCRUN_ERR_INVALID_USAGE: return "invalid usage";
+    case ACCRUN_ERR_NOT_SUPPORTED: return "not supported";
+    case ACCRUN_ERR_NOT_FOUND: return "not found";
+    case ACCRUN_ERR_SYSTEM: return "system error";
+    case ACCRUN_ERR_REMOTE: return "remote error (a peer failed)";
+    case ACCRUN_ERR_TIMEOUT: return "timeout";
+    case ACCRUN_ERR_NO_MEMORY: return "no memory (the object store is full)";
+    default: return "unknown accrun status code";
+  }
+}
+
+ACCRUN_API const char* accrun_last_error(void) { return t_last_error.c_str(); }

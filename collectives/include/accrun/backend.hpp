@@ -120,4 +120,32 @@ struct MemberFacts {
 // Returns the backend to use; `why` receives a one-line reason for the log.
 BackendKind resolve_auto(const std::vector<MemberFacts>& facts, std::string* why);
 
+// ---- Process facts and MPI ownership (added by the backends module:
+// collectives/src/mpi/mpi_env.cpp, collectives/src/nccl/nccl_backend.cpp) ----
+
+// True when MPI is initialised and not yet finalised in this process (by the
+// program or by mpi_init_owned).  False in a build without MPI.  Never blocks;
+// thread-safe.  The runtime uses it for MemberFacts::mpi_initialized.
+bool mpi_initialized();
+
+// Initialises MPI on behalf of the program (accrun_init_mpi(3)), asking for
+// MPI_THREAD_MULTIPLE, and remembers that accrun owns MPI so that
+// mpi_finalize_owned() finalises it.  If the program already initialised MPI,
+// does nothing and accrun leaves MPI alone.  Not collective by itself (MPI's
+// own initialisation synchronises as MPI does).  Errors: kNotSupported in a
+// build without MPI; kInvalidUsage after MPI was finalised; kSystem when
+// MPI_Init_thread fails.
+Status mpi_init_owned(int* argc, char*** argv);
+
+// Calls MPI_Finalize when mpi_init_owned() initialised MPI and it is still
+// initialised; otherwise does nothing.  For accrun_finalize(): call it after
+// every group is destroyed.  Blocks as MPI_Finalize does.
+Status mpi_finalize_owned();
+
+// True when libnccl.so.2 and the CUDA runtime load with every symbol the NCCL
+// backend needs and the CUDA runtime sees at least one GPU; otherwise false
+// with the reason in *why (may be null).  Loads the libraries on first use
+// (thread-safe) and keeps them loaded.  For MemberFacts::nccl_loadable.
+bool nccl_loadable(std::string* why);
+
 }  // namespace accrun::collectives

@@ -29,13 +29,18 @@ struct DetectConfig {
   std::vector<std::pair<std::string, Quantity>> resources;  // --resources NAME=Q,...
   std::optional<std::string> host_accelerator_type;         // --host-accelerator-type T
   std::optional<std::string> hostname;  // defaults to gethostname()
-  std::string nvml_library = "libnvidia-ml.so.1";  // the NVML soname to dlopen (tests point it at a fake)
+  std::string nvml_library = "libnvidia-ml.so.1";  // the NVML soname to dlopen (tests point it at a fake); "" disables NVML
 
-  // Reads ACCRUN_SYSFS_ROOT, HWLOC_XMLFILE and the whole environment.
+  // Reads ACCRUN_SYSFS_ROOT, HWLOC_XMLFILE, ACCRUN_NVML_LIBRARY (a path or
+  // soname replacing nvml_library) and the whole environment.  Never fails;
+  // `envp` may be null (an empty environment).  Thread-safe.
   static DetectConfig from_environment(char** envp);
 };
 
-// An accelerator vendor, shaped like Ray's AcceleratorManager.
+// An accelerator vendor, shaped like Ray's AcceleratorManager.  Providers
+// are immutable singletons owned by providers(): every method is thread-safe.
+// detect() blocks on reads under the sysfs root (and NVML start-up for
+// NVIDIA); the others are pure.
 class Provider {
  public:
   virtual ~Provider() = default;
@@ -51,11 +56,24 @@ class Provider {
   // Sets in `env` what a rank that holds `ids` (original ids, in the order
   // given) needs, composing with `inherited` where the vendor requires it.
   virtual void set_visible(const std::vector<int>& ids, const Env& inherited, Env& env) const = 0;
+
+  // As above, knowing that the host has `host_count` devices of this
+  // resource, so a provider can tell a split host from a whole one (TPU:
+  // TPU_CHIPS_PER_HOST_BOUNDS/TPU_HOST_BOUNDS are set only when a rank holds
+  // fewer chips than the host has).  The default ignores host_count.
+  // Never fails; thread-safe (providers are immutable).
+  virtual void set_visible(const std::vector<int>& ids, int host_count, const Env& inherited,
+                           Env& env) const {
+    (void)host_count;
+    set_visible(ids, inherited, env);
+  }
 };
 
-// Providers in priority order (the first vendor with devices for a resource wins).
+// Providers in priority order (the first vendor with devices for a resource
+// wins): nvidia, amd, intel (GPU), google (TPU), habana (HPU), huawei (NPU),
+// aws (neuron_cores).  Built once; the pointers live for the program.
 const std::vector<std::unique_ptr<Provider>>& providers();
-// The provider of a vendor name, or null.
+// The provider of a vendor name (Accelerator::vendor), or null.  Not owned.
 const Provider* provider_for_vendor(std::string_view vendor);
 
 // The resource names: "GPU", "TPU", "HPU", "NPU", "neuron_cores".
@@ -71,14 +89,88 @@ std::string canonical_type(std::string_view name);
 // The vendor that makes a canonical type, or empty if unknown.
 std::string vendor_of_type(std::string_view type);
 
+// One row of the accelerator type table (accrun(7) lists it).
+struct AcceleratorType {
+  std::string name;                  // canonical: "H100"
+  std::string vendor;                // provider vendor: "nvidia"
+  std::string resource;              // "GPU"
+  std::vector<std::string> aliases;  // accepted spellings, Ray's strings among them
+};
+// The whole table, in display order.  Immutable; thread-safe.
+const std::vector<AcceleratorType>& accelerator_types();
+// The canonical type of a device from its PCI vendor and device ids, or
+// empty when the table does not know it.
+std::string type_from_pci(unsigned vendor_id, unsigned device_id);
+// The resource a canonical type belongs to ("H100" → "GPU"), or empty.
+std::string resource_of_type(std::string_view type);
+
+// Canonical type names as constants (the table in types.cpp uses the same).
+namespace types {
+inline constexpr std::string_view kV100 = "V100";
+inline constexpr std::string_view kA100 = "A100";
+inline constexpr std::string_view kH100 = "H100";
+inline constexpr std::string_view kH200 = "H200";
+inline constexpr std::string_view kB200 = "B200";
+inline constexpr std::string_view kGH200 = "GH200";
+inline constexpr std::string_view kL4 = "L4";
+inline constexpr std::string_view kL40S = "L40S";
+inline constexpr std::string_view kA10G = "A10G";
+inline constexpr std::string_view kT4 = "T4";
+inline constexpr std::string_view kMI250X = "MI250X";
+inline constexpr std::string_view kMI300X = "MI300X";
+inline constexpr std::string_view kMI325X = "MI325X";
+inline constexpr std::string_view kMax1550 = "MAX-1550";
+inline constexpr std::string_view kMax1100 = "MAX-1100";
+inline constexpr std::string_view kGaudi = "GAUDI";
+inline constexpr std::string_view kGaudi2 = "GAUDI2";
+inline constexpr std::string_view kGaudi3 = "GAUDI3";
+inline constexpr std::string_view kTpuV4 = "TPU-V4";
+inline constexpr std::string_view kTpuV5P = "TPU-V5P";
+inline constexpr std::string_view kTpuV5LitePod = "TPU-V5LITEPOD";
+inline constexpr std::string_view kTpuV6E = "TPU-V6E";
+inline constexpr std::string_view kAscend910B = "ASCEND910B";
+inline constexpr std::string_view kTrainium1 = "TRAINIUM1";
+inline constexpr std::string_view kTrainium2 = "TRAINIUM2";
+inline constexpr std::string_view kInferentia2 = "INFERENTIA2";
+}  // namespace types
+
+// The default vendor of a resource's logical devices ("GPU" → "nvidia").
+std::string default_vendor(std::string_view resource);
+
+// Parses an overrides list "NAME=Q[,NAME=Q...]" (NAME:Q also accepted);
+// names are canonicalised, quantities must be whole (a host has unit-instance
+// devices).  Errors name the bad entry.  Pure; thread-safe.
+Result<std::vector<std::pair<std::string, Quantity>>> parse_resource_list(std::string_view text);
+
 // Detects this host: topology, every provider, visible-device restrictions,
 // overrides, labels.  Fails on malformed input (a bad visible-devices value,
 // an unknown resource name in an override).
+//
+// Order of work: hwloc topology (the real host, or the XML file of
+// config.topology_xml); each provider's sysfs scan under config.sysfs_root
+// (plus NVML through dlopen); locality joined from hwloc on the PCI bus id
+// where sysfs gave none; with an XML topology and no GPU found in sysfs, the
+// XML's own GPUs (PCI vendor NVIDIA/AMD/Intel with a display, 3D or
+// processing-accelerator class); then visible-device restriction (the
+// inherited variables of config.environment), then the logical overrides,
+// then labels (TPU_NAME → pod, TPU_WORKER_ID → pod_order; NVLink clique).
+//
+// XML topologies: Inventory::cores is filled from the XML so the planner can
+// plan with it, and Inventory::topology_from_xml is set: such cores describe
+// another machine and must never be used to bind real processes.
+//
+// Blocks on file reads (and NVML start-up when present); no global state;
+// safe to call from several threads with distinct configs.
 Result<Inventory> detect_host(const DetectConfig& config);
 
-// `accrun --detect` output: a readable table, and DESIGN.md §9's JSON.
+// `accrun --detect` output: a readable table, and DESIGN.md §9's JSON (one
+// line, newline-terminated).  Pure; thread-safe.
 std::string format_table(const std::vector<Inventory>& hosts);
 std::string to_json(const std::vector<Inventory>& hosts);
+// Reads that JSON back (the multi-host head reads daemons' inventories).
+// Accelerator::vendor, not in the JSON, is the maker of the type, else the
+// resource's default vendor; pod_order and cores are not in the JSON.  Errors
+// (invalid argument) name the offending field ("hosts[0].cpus").  Pure.
 Result<std::vector<Inventory>> from_json(std::string_view json);
 
 }  // namespace accrun::detect

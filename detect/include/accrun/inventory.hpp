@@ -45,6 +45,10 @@ struct Inventory {
   std::optional<int> pod_order;       // order inside the pod (the TPU worker id); not in the JSON
   std::vector<Accelerator> accelerators;
   std::vector<Core> cores;            // empty where the host's topology is unknown
+  // True when `cores` come from an hwloc XML file (--topology/HWLOC_XMLFILE)
+  // rather than this machine: plan with them, never bind real processes to
+  // them.  Not in the JSON.
+  bool topology_from_xml = false;
 };
 
 }  // namespace accrun::detect

@@ -35,4 +35,16 @@ Result<std::vector<std::string>> expand_hostnames(std::string_view expr);
 // The Inventory a declared host has before anyone has looked at it.
 detect::Inventory declared_inventory(const HostEntry& entry);
 
+// Parses a resource list "NAME=Q[,NAME:Q...]" (both separators accepted, as
+// everywhere a quantity is written).  Names come back canonical ("gpu" →
+// "GPU"); an unknown name, a bad quantity or a name given twice is an
+// invalid-argument Status whose message says which and lists the known names.
+// Pure, thread-safe.
+Result<std::vector<std::pair<std::string, detect::Quantity>>> parse_resource_list(std::string_view text);
+
+// The candidate closest to `word` by edit distance (case-insensitive), for
+// "did you mean" hints; nothing when no candidate is close enough to help.
+// Pure, thread-safe.
+std::optional<std::string> closest_match(std::string_view word, const std::vector<std::string>& candidates);
+
 }  // namespace accrun::hostfiles

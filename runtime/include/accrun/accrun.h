@@ -66,6 +66,18 @@ int accrun_accelerator_ids(const char *resource, int *ids, int max_ids, int *cou
 const char *accrun_accelerator_type(const char *resource);
 const char *accrun_pod(const char *level);
 
+/* ---- MPI initialised by libaccrun (accrun_init_mpi(3); added by the MPI backend) ----
+ * Initialises MPI for the program, asking for MPI_THREAD_MULTIPLE, so that
+ * ACCRUN_BACKEND_MPI groups (and AUTO's MPI choice) work without the program
+ * calling MPI itself; accrun_finalize() then calls MPI_Finalize.  If MPI is
+ * already initialised (the program called MPI_Init), does nothing and accrun
+ * leaves MPI alone at finalize.  argc/argv may be NULL.  Call it from one
+ * thread, before creating MPI groups; it may come before or after
+ * accrun_init().  Blocks as MPI_Init does.  Errors: ACCRUN_ERR_NOT_SUPPORTED
+ * in a build without MPI; ACCRUN_ERR_INVALID_USAGE after MPI was finalised;
+ * ACCRUN_ERR_SYSTEM when MPI_Init_thread fails. */
+int accrun_init_mpi(int *argc, char ***argv);
+
 /* ---- Named groups (accrun_group_init(3)) ---- */
 int accrun_group_init(const char *name, int world_size, int rank, accrun_backend_t backend,
                       accrun_group_t *group);

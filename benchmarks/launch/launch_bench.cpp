@@ -1,0 +1,150 @@
+// The launch benchmark (DESIGN.md §8): `accrun -n N /bin/true` against
+// `mpirun --oversubscribe -n N /bin/true` and a bare spawn-all-then-wait
+// loop, N = 1, 8, 32, 64, interleaved in one run; then an Open MPI hello at
+// N = 8 and 32 under both launchers.  A run past the limit is killed and
+// counted as a hang, apart from the medians.
+//
+//   launch_bench [--reps R] [--limit S] [--hello PATH] [--accrun PATH]
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs argv to completion with output to /dev/null; returns seconds, or a
+// negative number when it ran past `limit` and was killed.
+double time_command(const std::vector<std::string>& args, double limit) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawnattr_t at;
+  posix_spawnattr_init(&at);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&at, 0);
+  auto t0 = Clock::now();
+  pid_t pid;
+  if (posix_spawnp(&pid, argv[0], &fa, &at, argv.data(), environ) != 0) return -2;
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  for (;;) {
+    int st;
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (r == pid) return s;
+    if (s > limit) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// Spawns n /bin/true, then waits for all of them.
+double bare_loop(int n) {
+  auto t0 = Clock::now();
+  char* argv[] = {const_cast<char*>("/bin/true"), nullptr};
+  for (int i = 0; i < n; ++i) {
+    pid_t pid;
+    posix_spawn(&pid, "/bin/true", nullptr, nullptr, argv, environ);
+  }
+  for (int i = 0; i < n; ++i) wait(nullptr);
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+struct Series {
+  std::vector<double> times;
+  int hangs = 0;
+  void add(double t) {
+    if (t < 0) ++hangs;
+    else times.push_back(t);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 20;
+  double limit = 10;
+  std::string accrun = ACCRUN_BENCH_EXE;
+  std::string hello = ACCRUN_BENCH_HELLO;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--limit")) limit = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--hello")) hello = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--accrun")) accrun = argv[i + 1];
+  }
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  std::map<std::pair<std::string, int>, Series> res;
+  const int sizes[] = {1, 8, 32, 64};
+  std::printf("launch of /bin/true: %d interleaved rounds, hang limit %.0f s\n", reps, limit);
+  for (int r = 0; r < reps; ++r) {
+    for (int n : sizes) {
+      std::string ns = std::to_string(n);
+      res[{"accrun", n}].add(time_command({accrun, "-n", ns, "/bin/true"}, limit));
+      res[{"mpirun", n}].add(time_command({"mpirun", "--oversubscribe", "-n", ns, "/bin/true"}, limit));
+      res[{"bare", n}].add(bare_loop(n));
+    }
+  }
+  std::printf("%4s %12s %12s %12s %8s %12s %14s\n", "N", "accrun ms", "mpirun ms", "bare ms", "hangs", "mpirun/acc",
+              "accrun/bare");
+  for (int n : sizes) {
+    auto& a = res[{"accrun", n}];
+    auto& m = res[{"mpirun", n}];
+    auto& b = res[{"bare", n}];
+    double am = median(a.times), mm = median(m.times), bm = median(b.times);
+    std::printf("%4d %12.1f %12.1f %12.1f %3d/%-4d %12.2fx %13.2fx\n", n, am * 1e3, mm * 1e3, bm * 1e3, a.hangs,
+                m.hangs, am > 0 ? mm / am : 0, bm > 0 ? am / bm : 0);
+  }
+  std::printf("(hangs: accrun/mpirun runs killed after %.0f s, left out of the medians)\n", limit);
+
+  if (!hello.empty() && access(hello.c_str(), X_OK) == 0) {
+    int hreps = std::max(3, reps / 4);
+    std::printf("\nOpen MPI hello (MPI_Init+MPI_Finalize...): %d interleaved rounds\n", hreps);
+    for (int r = 0; r < hreps; ++r) {
+      for (int n : {8, 32}) {
+        std::string ns = std::to_string(n);
+        res[{"accrun-hello", n}].add(time_command({accrun, "-n", ns, hello}, 60));
+        res[{"mpirun-hello", n}].add(time_command({"mpirun", "--oversubscribe", "-n", ns, hello}, 60));
+      }
+    }
+    std::printf("%4s %12s %12s %8s %12s\n", "N", "accrun ms", "mpirun ms", "hangs", "mpirun/acc");
+    for (int n : {8, 32}) {
+      auto& a = res[{"accrun-hello", n}];
+      auto& m = res[{"mpirun-hello", n}];
+      double am = median(a.times), mm = median(m.times);
+      std::printf("%4d %12.1f %12.1f %3d/%-4d %12.2fx\n", n, am * 1e3, mm * 1e3, a.hangs, m.hangs,
+                  am > 0 ? mm / am : 0);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,127 @@
+// build_plan(): everything between the command line and a Plan — detection
+// of this host, the hostfile or -H list, the JobSpec, and plan().
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+
+#include "accrun/commands.hpp"
+#include "accrun/hostfile.hpp"
+
+namespace accrun::launcher {
+namespace {
+
+// The names under which a hostfile may mean this host.
+bool names_this_host(const std::string& name, const std::string& self) {
+  if (name == "localhost" || name == "127.0.0.1" || name == "::1") return true;
+  if (name == self) return true;
+  // node01 and node01.cluster.example are the same host.
+  auto short_name = [](const std::string& s) { return s.substr(0, s.find('.')); };
+  return short_name(name) == short_name(self) && !short_name(self).empty();
+}
+
+std::string this_hostname(const detect::DetectConfig& config) {
+  if (config.hostname) return *config.hostname;
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+// Slots of a host that does not state them: its processing units where
+// known, else its largest whole count of accelerators, at least 1.
+int default_slots(const detect::Inventory& inv) {
+  if (inv.cpus > 0) return inv.cpus;
+  std::map<std::string, int> per_resource;
+  int most = 1;
+  for (const auto& a : inv.accelerators) most = std::max(most, ++per_resource[a.resource]);
+  return most;
+}
+
+}  // namespace
+
+Result<Plan> build_plan(const Options& options, char** envp, int master_port) {
+  const detect::DetectConfig config = detect_config(options, envp);
+
+  std::vector<HostSlots> hosts;
+  if (options.hostfile || options.host_list) {
+    auto entries = options.hostfile ? hostfiles::read_hostfile(*options.hostfile)
+                                    : hostfiles::parse_host_list(*options.host_list);
+    if (!entries) {
+      const Status& s = entries.status();
+      return Status(s.code() == Code::kNotFound ? Code::kInvalidArgument : s.code(), s.message());
+    }
+    if (entries->empty()) {
+      return invalid_argument((options.hostfile ? "hostfile '" + *options.hostfile + "'" : std::string("-H")) +
+                              " lists no hosts");
+    }
+    const std::string self = this_hostname(config);
+    std::optional<detect::Inventory> local;
+    hosts.reserve(entries->size());
+    for (const auto& e : *entries) {
+      HostSlots h;
+      h.origin = e.origin;
+      if (names_this_host(e.name, self)) {
+        // Two entries for this host would hand its devices out twice.
+        if (local) {
+          for (const auto& prev : hosts) {
+            if (names_this_host(prev.inventory.host, self)) {
+              return invalid_argument(e.origin + ": '" + e.name + "' and '" + prev.inventory.host + "' (" +
+                                      prev.origin + ") both name this host; list it once");
+            }
+          }
+        }
+        if (!local) {
+          auto inv = detect::detect_host(config);
+          if (!inv) return inv.status().with_context("detecting this host");
+          local = std::move(*inv);
+        }
+        h.inventory = *local;
+        h.inventory.host = e.name;
+        // Labels written in the hostfile win over detected ones.
+        if (e.labels.pod) h.inventory.labels.pod = e.labels.pod;
+        if (e.labels.zone) h.inventory.labels.zone = e.labels.zone;
+        if (e.labels.region) h.inventory.labels.region = e.labels.region;
+        if (e.pod_order) h.inventory.pod_order = e.pod_order;
+      } else {
+        h.inventory = hostfiles::declared_inventory(e);
+      }
+      h.slots = e.slots ? *e.slots : default_slots(h.inventory);
+      hosts.push_back(std::move(h));
+    }
+  } else {
+    auto inv = detect::detect_host(config);
+    if (!inv) return inv.status().with_context("detecting this host");
+    HostSlots h;
+    h.inventory = std::move(*inv);
+    h.origin = "local";
+    hosts.push_back(std::move(h));
+  }
+
+  JobSpec spec;
+  if (options.np) {
+    spec.np = *options.np;
+  } else if (options.npernode > 0) {
+    spec.np = options.npernode * static_cast<int>(hosts.size());
+  } else if (options.hostfile || options.host_list) {
+    long long total = 0;
+    for (const auto& h : hosts) total += h.slots.value_or(1);
+    spec.np = static_cast<int>(std::min<long long>(total, 100'000'000));
+  } else {
+    spec.np = 1;
+  }
+  spec.per_rank = options.per_rank;
+  spec.cpus_per_rank = options.cpus_per_rank;
+  spec.npernode = options.npernode;
+  spec.accelerator_type = options.accelerator_type;
+  spec.pod_blocks = options.pod_blocks;
+  spec.pod_level = options.pod_level;
+  spec.bind_to = options.bind_to;
+  spec.visible_devices = options.visible_devices;
+  spec.oversubscribe = options.oversubscribe;
+  spec.exports = options.exports;
+  spec.inherited = config.environment;
+  spec.master_port = master_port;
+  return plan(spec, hosts);
+}
+
+}  // namespace accrun::launcher

@@ -1,0 +1,89 @@
+// accrun -n N program ...: plan the job, then run this host's share of it
+// with the in-process node daemon (accrun(1) EXECUTION OPTIONS).
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "accrun/commands.hpp"
+#include "accrun/node_daemon.hpp"
+
+namespace accrun::launcher {
+
+namespace {
+
+Env environment_of(char** envp) {
+  Env env;
+  for (char** e = envp; e != nullptr && *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq != nullptr) env.emplace(std::string(*e, static_cast<size_t>(eq - *e)), eq + 1);
+  }
+  return env;
+}
+
+// A TCP port that is free now, for MASTER_PORT (torch.distributed's store
+// binds it on rank 0's host).  0 if none could be found.
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+}  // namespace
+
+int launch_main(const Options& options, char** envp) {
+  if (options.command.empty()) {
+    std::fputs("accrun: no program given (usage: accrun -n N program [args...]; see accrun --help)\n", stderr);
+    return 2;
+  }
+  auto plan = build_plan(options, envp, free_port());
+  if (!plan) {
+    std::fprintf(stderr, "accrun: %s\n", plan.status().message().c_str());
+    Code c = plan.status().code();
+    return c == Code::kInvalidArgument || c == Code::kInvalidUsage || c == Code::kNotFound ||
+                   c == Code::kNotSupported
+               ? 2
+               : 1;
+  }
+  if (plan->hosts.size() > 1) {
+    std::fputs("accrun: this plan places ranks on several hosts; launching on other hosts "
+               "(accrun --daemon) is not built yet (use --dry-run to see the plan)\n",
+               stderr);
+    return 2;
+  }
+
+  RunConfig cfg;
+  cfg.inherited = environment_of(envp);
+  cfg.command = options.command;
+  cfg.wdir = options.wdir;
+  cfg.tag_output = options.tag_output;
+  cfg.output_dir = options.output_dir;
+  cfg.stdin_mode = options.stdin_mode;
+  cfg.stdin_rank = options.stdin_rank;
+  cfg.timeout_s = options.timeout_s;
+  cfg.kill_grace_s = options.kill_grace_s;
+  cfg.on_failure = options.on_failure;
+  cfg.report_bindings = options.report_bindings;
+  cfg.exports = options.exports;
+  // A topology read from XML describes some other machine: it plans, it
+  // never binds real processes (DESIGN.md §4).
+  cfg.bind = !options.topology && cfg.inherited.count("HWLOC_XMLFILE") == 0;
+  if (auto it = cfg.inherited.find("TMPDIR"); it != cfg.inherited.end() && !it->second.empty())
+    cfg.tmpdir = it->second;
+  return run_job(*plan, cfg);
+}
+
+}  // namespace accrun::launcher

@@ -1,0 +1,997 @@
+// The node daemon: one event-loop thread that owns the job (accrun(1),
+// accrun(7), DESIGN.md §4 and §6).  It waits in epoll on a signalfd
+// (SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2), the PMIx upcall
+// queue's eventfd, the ranks' output pipes and stdin; deadlines (--timeout,
+// --kill-grace, lookups with PMIX_TIMEOUT) are epoll timeouts.
+#include "accrun/node_daemon.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "accrun/log.hpp"
+#include "iof.hpp"
+#include "janitor.hpp"
+#include "pmix_host.hpp"
+
+namespace accrun::launcher {
+
+using Clock = std::chrono::steady_clock;
+
+Env filter_inherited(const Env& inherited) {
+  Env out;
+  for (const auto& [k, v] : inherited) {
+    if (k.rfind("PMIX_", 0) == 0 || k.rfind("OMPI_", 0) == 0 || k.rfind("SLURM_STEP_", 0) == 0) continue;
+    out[k] = v;
+  }
+  return out;
+}
+
+namespace {
+
+constexpr int kSignals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+
+// Debug trace of the launch phases (ACCRUN_LOG=debug), in ms since start.
+void trace(Clock::time_point t0, const char* what) {
+  if (log_level() < LogLevel::kDebug) return;
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+  log(LogLevel::kDebug, "%8.3f ms  %s", static_cast<double>(us) / 1000.0, what);
+}
+
+// Messages from accrun itself: one write per line.
+void say(int fd, const std::string& line) {
+  std::string s = "accrun: " + line + "\n";
+  write_all(fd, s.data(), s.size());
+}
+
+std::string random_id() {
+  unsigned char b[6] = {};
+  if (getrandom(b, sizeof b, 0) != static_cast<ssize_t>(sizeof b)) {
+    uint64_t t = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^ static_cast<uint64_t>(getpid());
+    std::memcpy(b, &t, sizeof b);
+  }
+  char out[13];
+  for (int i = 0; i < 6; ++i) std::snprintf(out + 2 * i, 3, "%02x", b[i]);
+  return out;
+}
+
+std::string rank_ranges(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+// Parses an hwloc list string ("0-3,8") into a CPU set; false if malformed.
+bool parse_cpus(const std::string& list, cpu_set_t* set) {
+  CPU_ZERO(set);
+  size_t pos = 0;
+  while (pos < list.size()) {
+    size_t end = list.find(',', pos);
+    if (end == std::string::npos) end = list.size();
+    std::string part = list.substr(pos, end - pos);
+    int a = 0, b = 0;
+    if (std::sscanf(part.c_str(), "%d-%d", &a, &b) == 2) {
+    } else if (std::sscanf(part.c_str(), "%d", &a) == 1) {
+      b = a;
+    } else {
+      return false;
+    }
+    if (a < 0 || b < a || b >= CPU_SETSIZE) return false;
+    for (int c = a; c <= b; ++c) CPU_SET(c, set);
+    pos = end + 1;
+  }
+  return CPU_COUNT(set) > 0;
+}
+
+// Finds `program` the way execvp would, in `path` (relative names with a
+// slash are taken relative to `wdir`).  Returns the path to exec, or the
+// exit status (127 not found, 126 not executable) and a message.
+struct Resolved {
+  std::string path;
+  int status = 0;
+  std::string message;
+};
+Resolved resolve_program(const std::string& program, const std::string& path,
+                         const std::optional<std::string>& wdir) {
+  Resolved r;
+  auto check = [&](const std::string& candidate) -> int {
+    struct stat st;
+    if (stat(candidate.c_str(), &st) != 0) return 127;
+    if (S_ISDIR(st.st_mode) || access(candidate.c_str(), X_OK) != 0) return 126;
+    return 0;
+  };
+  if (program.find('/') != std::string::npos) {
+    std::string candidate = program;
+    if (program[0] != '/' && wdir) candidate = *wdir + "/" + program;
+    r.status = check(candidate);
+    r.path = candidate;
+    if (r.status == 127) r.message = "'" + program + "': no such file";
+    if (r.status == 126) r.message = "'" + program + "' is not an executable file (permission denied)";
+    return r;
+  }
+  int best = 127;
+  size_t pos = 0;
+  std::string first_denied;
+  while (pos <= path.size()) {
+    size_t end = path.find(':', pos);
+    if (end == std::string::npos) end = path.size();
+    std::string dir = path.substr(pos, end - pos);
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + program;
+    int s = check(candidate);
+    if (s == 0) {
+      r.path = candidate;
+      return r;
+    }
+    if (s == 126 && first_denied.empty()) {
+      best = 126;
+      first_denied = candidate;
+    }
+    pos = end + 1;
+  }
+  r.status = best;
+  r.message = best == 126 ? "'" + first_denied + "' is not executable (permission denied)"
+                          : "'" + program + "': command not found in PATH";
+  return r;
+}
+
+std::string signal_name(int sig) {
+  const char* d = strsignal(sig);
+  return std::string(sigabbrev_np(sig) ? std::string("SIG") + sigabbrev_np(sig) : "signal") + " (" +
+         (d ? d : "?") + ")";
+}
+
+struct RankState {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  bool connected = false;
+  bool finalized = false;
+  bool aborted = false;
+  int abort_status = 0;
+  std::string abort_message;
+  bool failed = false;
+};
+
+struct OutStream {
+  int fd = -1;
+  int rank = 0;
+  std::unique_ptr<LineAssembler> lines;
+};
+
+struct StdinTarget {
+  size_t index = 0;  // in Daemon::stdin_targets_ (the epoll tag)
+  int fd = -1;
+  size_t offset = 0;
+  bool want_out = false;
+};
+
+// Everything a child needs, prepared before fork so that the child calls
+// only async-signal-safe functions.
+struct ChildSpec {
+  std::vector<std::string> env_storage;
+  std::vector<char*> envp;
+  int in_fd = -1;
+  int out_fd = -1;
+  int err_fd = -1;
+  bool bind = false;
+  cpu_set_t cpus;
+};
+
+// What a child that failed before execve left behind (it shares our memory).
+struct ExecReport {
+  volatile int stage = 0;  // 0 exec'd, 1 chdir failed, 2 execve failed
+  volatile int err = 0;
+};
+
+// Starts one rank and returns its pid once it has exec'd (or failed to).
+// Only async-signal-safe calls in the child, which runs on our memory.
+__attribute__((noinline)) pid_t spawn_child(const char* path, char* const* argv, const ChildSpec& c,
+                                            const char* wdir, pid_t parent, ExecReport* report) {
+  pid_t pid = vfork();
+  if (pid != 0) return pid;
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  // Default dispositions for what accrun forwards or ignores: a shell that
+  // started accrun in the background leaves SIGINT ignored, and an ignored
+  // signal stays ignored across execve (ranks would not see Ctrl-C).
+  for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGUSR2}) signal(s, SIG_DFL);
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(127);  // accrun died before the line above
+  dup2(c.in_fd, 0);
+  dup2(c.out_fd, 1);
+  dup2(c.err_fd, 2);
+  if (c.bind) sched_setaffinity(0, sizeof c.cpus, &c.cpus);
+  if (wdir != nullptr && chdir(wdir) != 0) {
+    report->err = errno;
+    report->stage = 1;
+    _exit(126);
+  }
+  execve(path, argv, c.envp.data());
+  report->err = errno;
+  report->stage = 2;
+  _exit(127);
+}
+
+class Daemon final : public ClientEvents {
+ public:
+  Daemon(const Plan& plan, const RunConfig& config) : plan_(plan), cfg_(config) {}
+  ~Daemon() override;
+  int run();
+
+  void on_connected(int rank) override;
+  void on_finalized(int rank) override;
+  void on_abort(int rank, int status, const std::string& message) override;
+
+ private:
+  int setup_and_spawn();
+  int loop();
+  void finish();
+
+  RankState* state_of(int rank);
+  const std::string& host_of(int rank) const { return plan_.hosts[plan_.ranks[rank].host].inventory.host; }
+  void record_failure(RankState& r, int status, const std::string& kind, const std::string& how);
+  void apply_policy();
+  void terminate_all(int sig);
+  void reap();
+  void handle_signal(const signalfd_siginfo& si);
+  void read_output(OutStream& s);
+  void close_stream(OutStream& s);
+  void stdin_readable();
+  void stdin_writable(StdinTarget& t);
+  void close_target(StdinTarget& t);
+  void update_stdin_interest();
+  int running_count() const;
+  std::vector<int> running_ranks() const;
+
+  const Plan& plan_;
+  const RunConfig& cfg_;
+  Clock::time_point t0_ = Clock::now();
+  std::string jobid_;
+  std::string rendezvous_;
+  std::string shm_dir_;
+  Janitor janitor_;
+  bool janitor_reaped_ = false;
+  int epfd_ = -1;
+  int sigfd_ = -1;
+  sigset_t old_mask_;
+  bool mask_set_ = false;
+  struct sigaction old_pipe_ {};
+  int old_subreaper_ = 0;
+  std::unique_ptr<UpcallQueue> queue_;
+  std::unique_ptr<PmixServer> pmix_;
+
+  std::vector<int> local_ranks_;        // global ranks on this host
+  std::map<int, RankState> ranks_;      // by global rank
+  std::map<pid_t, int> pid_rank_;
+  std::vector<std::unique_ptr<OutStream>> streams_;
+  std::vector<std::unique_ptr<StdinTarget>> stdin_targets_;
+  std::string stdin_chunk_;
+  bool stdin_eof_ = false;
+  bool stdin_polled_ = false;
+  bool stdin_in_epoll_ = false;
+
+  std::optional<int> exit_code_;        // the first decisive event's status
+  bool terminating_ = false;            // we have signalled the ranks
+  int interrupts_ = 0;
+  std::optional<Clock::time_point> job_deadline_;
+  std::optional<Clock::time_point> kill_deadline_;
+  std::optional<Clock::time_point> policy_deadline_;  // waiting for a failure event to go out
+  bool policy_pending_ = false;
+};
+
+// Tags in epoll's data: what became ready.
+constexpr uint64_t kTagSignal = 1, kTagQueue = 2, kTagStdin = 3, kTagStream = 1ULL << 32, kTagTarget = 1ULL << 33;
+
+Daemon::~Daemon() {
+  for (auto& s : streams_)
+    if (s->fd >= 0) close(s->fd);
+  for (auto& t : stdin_targets_)
+    if (t->fd >= 0) close(t->fd);
+  if (sigfd_ >= 0) close(sigfd_);
+  if (epfd_ >= 0) close(epfd_);
+  if (mask_set_) sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
+  if (mask_set_) sigaction(SIGPIPE, &old_pipe_, nullptr);
+  if (mask_set_) prctl(PR_SET_CHILD_SUBREAPER, old_subreaper_);
+}
+
+RankState* Daemon::state_of(int rank) {
+  auto it = ranks_.find(rank);
+  return it == ranks_.end() ? nullptr : &it->second;
+}
+
+int Daemon::running_count() const {
+  int n = 0;
+  for (const auto& [r, s] : ranks_) n += s.running ? 1 : 0;
+  return n;
+}
+
+std::vector<int> Daemon::running_ranks() const {
+  std::vector<int> out;
+  for (const auto& [r, s] : ranks_)
+    if (s.running) out.push_back(r);
+  return out;
+}
+
+void Daemon::on_connected(int rank) {
+  if (RankState* r = state_of(rank)) r->connected = true;
+}
+
+void Daemon::on_finalized(int rank) {
+  if (RankState* r = state_of(rank)) r->finalized = true;
+}
+
+void Daemon::on_abort(int rank, int status, const std::string& message) {
+  RankState* r = state_of(rank);
+  if (r == nullptr) return;
+  r->aborted = true;
+  r->abort_status = status;
+  r->abort_message = message;
+  std::string how = "called abort with status " + std::to_string(status);
+  // Open MPI passes "N/A" when MPI_Abort has no message.
+  if (!message.empty() && message != "N/A") how += " (" + message + ")";
+  record_failure(*r, status, "abort", how);
+}
+
+void Daemon::record_failure(RankState& r, int status, const std::string& kind, const std::string& how) {
+  if (r.failed) return;
+  r.failed = true;
+  // Deaths we caused by signalling the ranks are not failures of their own.
+  if (terminating_) return;
+  bool first = !exit_code_.has_value();
+  if (!first && cfg_.on_failure == OnFailure::kKill) return;
+  std::string text = "rank " + std::to_string(r.rank) + " on host " + host_of(r.rank) + " " + how;
+  say(cfg_.err_fd, text);
+  if (first) exit_code_ = status;
+  bool kill = cfg_.on_failure == OnFailure::kKill;
+  if (kill) {
+    policy_pending_ = true;
+    // The event goes to the survivors first; the policy follows once the
+    // library has taken it (bounded, in case it never reports back).
+    policy_deadline_ = Clock::now() + std::chrono::seconds(2);
+  }
+  if (pmix_) {
+    pmix_->notify_failure(r.rank, status, kind, host_of(r.rank), text, [this] {
+      if (policy_pending_) apply_policy();
+    });
+  } else if (kill) {
+    apply_policy();
+  }
+}
+
+void Daemon::apply_policy() {
+  if (!policy_pending_) return;
+  policy_pending_ = false;
+  policy_deadline_.reset();
+  int n = 0;
+  for (const auto& [rank, s] : ranks_) n += s.running && !s.failed ? 1 : 0;
+  if (n > 0 && !terminating_) say(cfg_.err_fd, "terminating the other " + std::to_string(n) + " rank(s) (--on-failure kill)");
+  terminate_all(SIGTERM);
+}
+
+void Daemon::terminate_all(int sig) {
+  if (sig != SIGUSR1 && sig != SIGUSR2) {
+    terminating_ = true;
+    if (sig != SIGKILL && !kill_deadline_)
+      kill_deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(cfg_.kill_grace_s * 1000));
+  }
+  for (auto& [rank, s] : ranks_)
+    if (s.running) kill(-s.pid, sig);
+}
+
+void Daemon::reap() {
+  // A client's "finalized" upcall is queued before it can exit: run the
+  // queue first so a clean exit is not taken for an exit without finalize.
+  if (queue_) queue_->drain();
+  for (;;) {
+    int st = 0;
+    pid_t pid = waitpid(-1, &st, WNOHANG);
+    if (pid <= 0) break;
+    if (pid == janitor_.pid()) {
+      janitor_reaped_ = true;
+      say(cfg_.err_fd, "warning: the janitor process exited early");
+      continue;
+    }
+    auto it = pid_rank_.find(pid);
+    if (it == pid_rank_.end()) continue;  // an orphan we adopted as subreaper
+    RankState& r = ranks_[it->second];
+    r.running = false;
+    if (WIFSIGNALED(st)) {
+      int sig = WTERMSIG(st);
+      record_failure(r, 128 + sig, "signal", "was killed by " + signal_name(sig));
+    } else if (WIFEXITED(st)) {
+      int code = WEXITSTATUS(st);
+      if (r.aborted) {
+        // Already reported when it called abort.
+      } else if (code != 0) {
+        record_failure(r, code, "exit", "exited with status " + std::to_string(code));
+      } else if (r.connected && !r.finalized) {
+        record_failure(r, 1, "no-finalize", "exited without finalizing after connecting to PMIx");
+      }
+    }
+  }
+}
+
+void Daemon::handle_signal(const signalfd_siginfo& si) {
+  int sig = static_cast<int>(si.ssi_signo);
+  if (sig == SIGCHLD) {
+    reap();
+    return;
+  }
+  if (sig == SIGUSR1 || sig == SIGUSR2) {
+    terminate_all(sig);
+    return;
+  }
+  ++interrupts_;
+  if (interrupts_ == 1) {
+    if (!exit_code_) exit_code_ = 128 + sig;
+    say(cfg_.err_fd, std::string("received ") + sigabbrev_np(sig) + ", forwarding it to the ranks (again to kill them)");
+    // Forwarded as it came: SIGINT stays SIGINT, so programs that handle
+    // Ctrl-C see Ctrl-C.
+    terminating_ = true;
+    policy_pending_ = false;
+    terminate_all(sig);
+  } else {
+    terminate_all(SIGKILL);
+  }
+}
+
+void Daemon::close_stream(OutStream& s) {
+  if (s.fd < 0) return;
+  epoll_ctl(epfd_, EPOLL_CTL_DEL, s.fd, nullptr);
+  close(s.fd);
+  s.fd = -1;
+  s.lines->finish();
+}
+
+void Daemon::read_output(OutStream& s) {
+  // One read per wake-up and stream keeps a flooding rank from starving
+  // the others (epoll is level-triggered).
+  char buf[65536];
+  ssize_t n = read(s.fd, buf, sizeof buf);
+  if (n > 0) {
+    s.lines->feed(buf, static_cast<size_t>(n));
+    return;
+  }
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  close_stream(s);
+}
+
+void Daemon::update_stdin_interest() {
+  if (!stdin_polled_ || stdin_eof_) return;
+  bool all_drained = true;
+  for (auto& t : stdin_targets_)
+    if (t->fd >= 0 && t->offset < stdin_chunk_.size()) all_drained = false;
+  bool any_target = false;
+  for (auto& t : stdin_targets_) any_target |= t->fd >= 0;
+  bool want = all_drained && any_target;
+  if (want != stdin_in_epoll_) {
+    epoll_event ev{};
+    ev.events = want ? static_cast<uint32_t>(EPOLLIN) : 0U;
+    ev.data.u64 = kTagStdin;
+    epoll_ctl(epfd_, EPOLL_CTL_MOD, cfg_.in_fd, &ev);
+    stdin_in_epoll_ = want;
+  }
+}
+
+void Daemon::close_target(StdinTarget& t) {
+  if (t.fd < 0) return;
+  epoll_ctl(epfd_, EPOLL_CTL_DEL, t.fd, nullptr);
+  close(t.fd);
+  t.fd = -1;
+}
+
+void Daemon::stdin_writable(StdinTarget& t) {
+  while (t.fd >= 0 && t.offset < stdin_chunk_.size()) {
+    ssize_t w = write(t.fd, stdin_chunk_.data() + t.offset, stdin_chunk_.size() - t.offset);
+    if (w > 0) {
+      t.offset += static_cast<size_t>(w);
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EAGAIN) break;
+    close_target(t);  // the rank closed its stdin or is gone
+    return;
+  }
+  if (t.fd < 0) return;
+  bool want_out = t.offset < stdin_chunk_.size();
+  if (want_out != t.want_out) {
+    epoll_event ev{};
+    ev.events = want_out ? static_cast<uint32_t>(EPOLLOUT) : 0U;
+    ev.data.u64 = kTagTarget | t.index;
+    epoll_ctl(epfd_, EPOLL_CTL_MOD, t.fd, &ev);
+    t.want_out = want_out;
+  }
+  if (stdin_eof_ && !want_out) close_target(t);
+}
+
+void Daemon::stdin_readable() {
+  char buf[65536];
+  ssize_t n = read(cfg_.in_fd, buf, sizeof buf);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n <= 0) {
+    stdin_eof_ = true;
+    epoll_ctl(epfd_, EPOLL_CTL_DEL, cfg_.in_fd, nullptr);
+    stdin_in_epoll_ = false;
+    for (auto& t : stdin_targets_)
+      if (t->offset >= stdin_chunk_.size()) close_target(*t);
+    return;
+  }
+  stdin_chunk_.assign(buf, static_cast<size_t>(n));
+  for (size_t i = 0; i < stdin_targets_.size(); ++i) {
+    stdin_targets_[i]->offset = 0;
+    stdin_writable(*stdin_targets_[i]);
+  }
+  update_stdin_interest();
+}
+
+int Daemon::run() {
+  int status = setup_and_spawn();
+  if (status < 0) status = loop();
+  finish();
+  return status;
+}
+
+// Returns -1 when the ranks run, else an exit status (nothing left running).
+int Daemon::setup_and_spawn() {
+  for (const auto& r : plan_.ranks)
+    if (r.host == cfg_.host) local_ranks_.push_back(r.rank);
+  if (cfg_.command.empty()) {
+    say(cfg_.err_fd, "no program given (usage: accrun -n N program [args...])");
+    return 2;
+  }
+
+  // Each rank's environment: inherited (less an enclosing launcher's),
+  // the plan's, then -x, then what launching needs (added after PMIx).
+  Env base = filter_inherited(cfg_.inherited);
+  std::map<int, Env> envs;
+  for (int r : local_ranks_) {
+    Env e = base;
+    for (const auto& [k, v] : plan_.ranks[r].env) e[k] = v;
+    for (const auto& [k, v] : cfg_.exports) {
+      if (v) {
+        e[k] = *v;
+      } else if (auto it = cfg_.inherited.find(k); it != cfg_.inherited.end()) {
+        e[k] = it->second;
+      }
+    }
+    envs[r] = std::move(e);
+  }
+
+  // A program that cannot run is found before anything starts.
+  std::string exec_path;
+  {
+    std::string path = "/usr/local/bin:/usr/bin:/bin";
+    if (!local_ranks_.empty()) {
+      auto it = envs[local_ranks_.front()].find("PATH");
+      if (it != envs[local_ranks_.front()].end()) path = it->second;
+    }
+    Resolved res = resolve_program(cfg_.command.front(), path, cfg_.wdir);
+    if (res.status != 0) {
+      say(cfg_.err_fd, res.message + "; nothing was started");
+      return res.status;
+    }
+    exec_path = res.path;
+  }
+  if (cfg_.wdir) {
+    struct stat st;
+    if (stat(cfg_.wdir->c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      say(cfg_.err_fd, "--wdir " + *cfg_.wdir + ": not a directory; nothing was started");
+      return 2;
+    }
+  }
+  if (cfg_.stdin_mode == StdinMode::kRank &&
+      (cfg_.stdin_rank < 0 || cfg_.stdin_rank >= static_cast<int>(plan_.ranks.size()))) {
+    say(cfg_.err_fd, "--stdin " + std::to_string(cfg_.stdin_rank) + ": no such rank (the job has " +
+                         std::to_string(plan_.ranks.size()) + ")");
+    return 2;
+  }
+
+  // Signals: blocked before any thread exists (PMIx starts its own), read
+  // through a signalfd, unblocked again in each child.
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int s : kSignals) sigaddset(&mask, s);
+  sigprocmask(SIG_BLOCK, &mask, &old_mask_);
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ign, &old_pipe_);
+  prctl(PR_GET_CHILD_SUBREAPER, &old_subreaper_);
+  mask_set_ = true;
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  sigfd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  epfd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (sigfd_ < 0 || epfd_ < 0) {
+    say(cfg_.err_fd, "cannot create the event loop: " + std::string(std::strerror(errno)));
+    return 1;
+  }
+
+  // The janitor first, then the directories it knows about.
+  jobid_ = random_id();
+  std::string uid = std::to_string(getuid());
+  rendezvous_ = cfg_.tmpdir + "/accrun." + uid + "." + jobid_;
+  shm_dir_ = cfg_.shm_root + "/accrun." + uid + "." + jobid_;
+  auto jan = Janitor::start({rendezvous_, shm_dir_});
+  if (!jan) {
+    say(cfg_.err_fd, jan.status().message());
+    return 1;
+  }
+  janitor_ = std::move(*jan);
+  trace(t0_, "janitor started");
+  for (const std::string& d : {rendezvous_, rendezvous_ + "/job", shm_dir_, shm_dir_ + "/ompi"}) {
+    Status s = make_private_dir(d);
+    if (!s) {
+      say(cfg_.err_fd, s.message());
+      return 1;
+    }
+  }
+
+  // The PMIx server and the job's namespace.
+  queue_ = std::make_unique<UpcallQueue>();
+  if (!queue_->valid()) {
+    say(cfg_.err_fd, "eventfd: " + std::string(std::strerror(errno)));
+    return 1;
+  }
+  auto server = PmixServer::start(rendezvous_, queue_.get(), this);
+  if (!server) {
+    say(cfg_.err_fd, server.status().message());
+    return 1;
+  }
+  pmix_ = std::move(*server);
+  trace(t0_, "PMIx server initialised");
+  PmixJob job;
+  job.nspace = "accrun." + jobid_;
+  job.jobid = job.nspace;
+  job.size = static_cast<int>(plan_.ranks.size());
+  job.node = cfg_.host;
+  job.tmpdir = rendezvous_ + "/job";
+  job.nsdir = rendezvous_ + "/job";
+  job.ranks_by_node.resize(plan_.hosts.size());
+  for (const auto& h : plan_.hosts) job.hostnames.push_back(h.inventory.host);
+  for (const auto& r : plan_.ranks) {
+    job.ranks_by_node[r.host].push_back(r.rank);
+    job.cpus.push_back(cfg_.bind ? r.cpus : "");
+  }
+  job.bind_to = cfg_.bind ? "core" : "none";
+  if (Status s = pmix_->register_job(job); !s) {
+    say(cfg_.err_fd, s.message());
+    return 1;
+  }
+
+  trace(t0_, "namespace registered");
+  // Count the host's processing units for OMPI_MCA_mpi_oversubscribe.
+  bool oversubscribed = plan_.oversubscribed;
+  if (!oversubscribed) {
+    long pus = sysconf(_SC_NPROCESSORS_ONLN);
+    oversubscribed = pus > 0 && static_cast<long>(local_ranks_.size()) > pus;
+  }
+
+  // I/O: where each rank's stdin, stdout and stderr go.
+  std::vector<int> stdin_ranks;
+  if (cfg_.stdin_mode == StdinMode::kAll) stdin_ranks = local_ranks_;
+  if (cfg_.stdin_mode == StdinMode::kRank &&
+      std::find(local_ranks_.begin(), local_ranks_.end(), cfg_.stdin_rank) != local_ranks_.end())
+    stdin_ranks.push_back(cfg_.stdin_rank);
+  bool stdin_direct = false;  // stdin cannot be polled (a file, /dev/null): hand it over
+  if (!stdin_ranks.empty()) {
+    epoll_event ev{};
+    ev.events = 0;
+    ev.data.u64 = kTagStdin;
+    if (fcntl(cfg_.in_fd, F_GETFD) < 0) {
+      stdin_ranks.clear();
+    } else if (epoll_ctl(epfd_, EPOLL_CTL_ADD, cfg_.in_fd, &ev) == 0) {
+      stdin_polled_ = true;
+    } else {
+      stdin_direct = true;
+    }
+  }
+  int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+  std::vector<ChildSpec> specs(local_ranks_.size());
+  std::vector<int> close_after_fork;
+  auto fail_setup = [&](const std::string& what) {
+    say(cfg_.err_fd, what + ": " + std::strerror(errno));
+    for (int fd : close_after_fork) close(fd);
+    if (devnull >= 0) close(devnull);
+    return 1;
+  };
+  for (size_t i = 0; i < local_ranks_.size(); ++i) {
+    int r = local_ranks_[i];
+    ChildSpec& c = specs[i];
+    c.in_fd = devnull;
+    if (std::find(stdin_ranks.begin(), stdin_ranks.end(), r) != stdin_ranks.end()) {
+      if (stdin_direct) {
+        if (stdin_ranks.size() == 1) {
+          c.in_fd = cfg_.in_fd;
+        } else {
+          // Each rank gets its own open file description (its own offset).
+          std::string self = "/proc/self/fd/" + std::to_string(cfg_.in_fd);
+          int fd = open(self.c_str(), O_RDONLY | O_CLOEXEC);
+          c.in_fd = fd >= 0 ? fd : devnull;
+          if (fd >= 0) close_after_fork.push_back(fd);
+        }
+      } else {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) != 0) return fail_setup("pipe");
+        fcntl(p[1], F_SETFL, O_NONBLOCK);
+        auto t = std::make_unique<StdinTarget>();
+        t->index = stdin_targets_.size();
+        t->fd = p[1];
+        c.in_fd = p[0];
+        close_after_fork.push_back(p[0]);
+        stdin_targets_.push_back(std::move(t));
+      }
+    }
+    if (cfg_.output_dir) {
+      std::string dir = *cfg_.output_dir;
+      mkdir(dir.c_str(), 0755);
+      dir += "/rank." + std::to_string(r);
+      mkdir(dir.c_str(), 0755);
+      c.out_fd = open((dir + "/stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      c.err_fd = open((dir + "/stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (c.out_fd < 0 || c.err_fd < 0) return fail_setup("--output-dir " + dir);
+      close_after_fork.push_back(c.out_fd);
+      close_after_fork.push_back(c.err_fd);
+    } else {
+      std::string prefix;
+      if (cfg_.tag_output)
+        prefix = plan_.hosts.size() > 1 ? "[" + host_of(r) + ":" + std::to_string(r) + "] "
+                                        : "[" + std::to_string(r) + "] ";
+      for (int which = 0; which < 2; ++which) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) != 0) return fail_setup("pipe");
+        auto s = std::make_unique<OutStream>();
+        s->fd = p[0];
+        s->rank = r;
+        s->lines = std::make_unique<LineAssembler>(prefix, which == 0 ? cfg_.out_fd : cfg_.err_fd);
+        (which == 0 ? c.out_fd : c.err_fd) = p[1];
+        close_after_fork.push_back(p[1]);
+        streams_.push_back(std::move(s));
+      }
+    }
+
+    // Environment: the PMIx client's variables and what Open MPI needs.
+    Env& e = envs[r];
+    auto client = pmix_->client_env(r);
+    if (!client) {
+      say(cfg_.err_fd, client.status().message());
+      for (int fd : close_after_fork) close(fd);
+      return 1;
+    }
+    for (const auto& [k, v] : *client) e[k] = v;
+    e["OMPI_MCA_schizo"] = "^orte";
+    e["OMPI_MCA_btl_vader_backing_directory"] = shm_dir_ + "/ompi";
+    if (oversubscribed) e["OMPI_MCA_mpi_oversubscribe"] = "1";
+    e["ACCRUN_JOB_ID"] = jobid_;
+    e["ACCRUN_SHM_DIR"] = shm_dir_;
+    for (const auto& [k, v] : e) c.env_storage.push_back(k + "=" + v);
+    for (auto& s : c.env_storage) c.envp.push_back(s.data());
+    c.envp.push_back(nullptr);
+
+    const std::string& cpus = plan_.ranks[r].cpus;
+    if (cfg_.bind && !cpus.empty()) {
+      cpu_set_t allowed;
+      CPU_ZERO(&allowed);
+      sched_getaffinity(0, sizeof allowed, &allowed);
+      if (parse_cpus(cpus, &c.cpus)) {
+        cpu_set_t both;
+        CPU_AND(&both, &c.cpus, &allowed);
+        c.bind = CPU_EQUAL(&both, &c.cpus);
+      }
+      if (!c.bind) say(cfg_.err_fd, "warning: rank " + std::to_string(r) + "'s cpus " + cpus + " are not available to accrun; not binding it");
+    }
+    if (cfg_.report_bindings)
+      say(cfg_.err_fd, "rank " + std::to_string(r) + " on host " + host_of(r) +
+                           (c.bind ? " bound to cpus " + cpus : std::string(" not bound")));
+  }
+
+  trace(t0_, "ranks prepared");
+  std::vector<std::string> args_storage = cfg_.command;
+  std::vector<char*> argv;
+  for (auto& a : args_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const char* wdir = cfg_.wdir ? cfg_.wdir->c_str() : nullptr;
+  pid_t self = getpid();
+
+  // Start every rank.  vfork: the child borrows our memory until execve, so
+  // starting 64 ranks costs what 64 execs cost, not 64 copies of accrun's
+  // page tables (fork of a process holding the PMIx library measured 3-5 ms
+  // each here).  The child reports a failed chdir/exec in `report`.
+  int exec_failed = 0;
+  std::string exec_message;
+  size_t started = 0;
+  for (size_t i = 0; i < local_ranks_.size(); ++i) {
+    int r = local_ranks_[i];
+    ExecReport report;
+    pid_t pid = spawn_child(exec_path.c_str(), argv.data(), specs[i], wdir, self, &report);
+    if (pid < 0) {
+      say(cfg_.err_fd, std::string("cannot start rank ") + std::to_string(r) + ": " + std::strerror(errno));
+      break;
+    }
+    setpgid(pid, pid);  // both sides set it: no window where a signal misses the group
+    janitor_.watch_group(pid);
+    RankState& st = ranks_[r];
+    st.rank = r;
+    st.pid = pid;
+    st.running = true;
+    pid_rank_[pid] = r;
+    ++started;
+    if (report.stage != 0) {
+      int err = report.err;
+      exec_failed = report.stage == 2 && err == ENOENT ? 127 : report.stage == 2 ? 126 : 1;
+      exec_message = report.stage == 1 ? "cannot change to directory " + std::string(wdir) + ": " + std::strerror(err)
+                                       : "cannot execute " + exec_path + ": " + std::strerror(err);
+      break;
+    }
+  }
+  for (int fd : close_after_fork) close(fd);
+  if (devnull >= 0) close(devnull);
+
+  // Event sources.
+  auto add = [&](int fd, uint32_t events, uint64_t tag) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = tag;
+    epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+  };
+  add(sigfd_, EPOLLIN, kTagSignal);
+  add(queue_->fd(), EPOLLIN, kTagQueue);
+  for (size_t i = 0; i < streams_.size(); ++i) add(streams_[i]->fd, EPOLLIN, kTagStream | i);
+  for (size_t i = 0; i < stdin_targets_.size(); ++i) add(stdin_targets_[i]->fd, 0, kTagTarget | i);
+  update_stdin_interest();
+
+  trace(t0_, "ranks started");
+  if (exec_failed || started != local_ranks_.size()) {
+    say(cfg_.err_fd, (exec_failed ? exec_message : std::string("could not start every rank")) + "; stopping the job");
+    terminating_ = true;
+    terminate_all(SIGKILL);
+    exit_code_ = exec_failed ? exec_failed : 1;
+    return loop();
+  }
+
+  if (cfg_.timeout_s > 0)
+    job_deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(cfg_.timeout_s * 1000));
+  return -1;
+}
+
+int Daemon::loop() {
+  std::optional<Clock::time_point> drain_deadline;
+  bool swept = false;
+  for (;;) {
+    bool all_exited = running_count() == 0;
+    if (all_exited && !swept) {
+      // Whatever the ranks left behind in their process groups goes too.
+      for (auto& [r, s] : ranks_) kill(-s.pid, SIGKILL);
+      swept = true;
+      drain_deadline = Clock::now() + std::chrono::seconds(2);
+    }
+    bool streams_open = false;
+    for (auto& s : streams_) streams_open |= s->fd >= 0;
+    if (all_exited && !streams_open) break;
+
+    auto now = Clock::now();
+    std::optional<Clock::time_point> next;
+    auto consider = [&](const std::optional<Clock::time_point>& t) {
+      if (t && (!next || *t < *next)) next = t;
+    };
+    consider(job_deadline_);
+    consider(kill_deadline_);
+    consider(policy_deadline_);
+    consider(drain_deadline);
+    if (pmix_) consider(pmix_->next_deadline());
+    int timeout_ms = -1;
+    if (next) {
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - now).count();
+      timeout_ms = ms < 0 ? 0 : static_cast<int>(std::min<int64_t>(ms + 1, 1 << 30));
+    }
+    epoll_event events[64];
+    int n = epoll_wait(epfd_, events, 64, timeout_ms);
+    if (n < 0 && errno != EINTR) break;
+    for (int i = 0; i < n; ++i) {
+      uint64_t tag = events[i].data.u64;
+      if (tag == kTagSignal) {
+        signalfd_siginfo si;
+        while (read(sigfd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) handle_signal(si);
+      } else if (tag == kTagQueue) {
+        queue_->drain();
+      } else if (tag == kTagStdin) {
+        stdin_readable();
+      } else if (tag & kTagTarget) {
+        stdin_writable(*stdin_targets_[tag & 0xffffffffu]);
+        update_stdin_interest();
+      } else if (tag & kTagStream) {
+        OutStream& s = *streams_[tag & 0xffffffffu];
+        if (s.fd >= 0) read_output(s);
+      }
+    }
+    now = Clock::now();
+    if (job_deadline_ && now >= *job_deadline_) {
+      job_deadline_.reset();
+      if (running_count() > 0 && !terminating_) {
+        auto still = running_ranks();
+        say(cfg_.err_fd, "--timeout " + std::to_string(static_cast<int64_t>(std::ceil(cfg_.timeout_s))) +
+                             " s reached; ranks still running: " + rank_ranges(still) + "; terminating them");
+        if (!exit_code_) exit_code_ = 124;
+        policy_pending_ = false;
+        terminate_all(SIGTERM);
+      }
+    }
+    if (policy_deadline_ && now >= *policy_deadline_) apply_policy();
+    if (kill_deadline_ && now >= *kill_deadline_) {
+      kill_deadline_.reset();
+      terminate_all(SIGKILL);
+    }
+    if (pmix_) pmix_->expire(now);
+    if (drain_deadline && now >= *drain_deadline) break;
+  }
+  return exit_code_.value_or(0);
+}
+
+void Daemon::finish() {
+  trace(t0_, "ranks done");
+  for (auto& s : streams_) {
+    if (s->fd >= 0) {
+      // Whatever is already in the pipe still goes out.
+      int fl = fcntl(s->fd, F_GETFL);
+      fcntl(s->fd, F_SETFL, fl | O_NONBLOCK);
+      char buf[65536];
+      ssize_t n;
+      while ((n = read(s->fd, buf, sizeof buf)) > 0) s->lines->feed(buf, static_cast<size_t>(n));
+      close_stream(*s);
+    }
+  }
+  // Ranks still alive here (setup failed half-way) are killed and reaped.
+  for (auto& [r, s] : ranks_) {
+    if (!s.running) continue;
+    kill(-s.pid, SIGKILL);
+    waitpid(s.pid, nullptr, 0);
+    s.running = false;
+  }
+  pmix_.reset();
+  trace(t0_, "PMIx server finalised");
+  queue_.reset();
+  if (!shm_dir_.empty()) remove_tree(shm_dir_);
+  if (!rendezvous_.empty()) remove_tree(rendezvous_);
+  janitor_.dismiss(janitor_reaped_);
+  trace(t0_, "cleaned up");
+  // Drain SIGCHLDs we caused so the caller's mask is restored clean.
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+}
+
+}  // namespace
+
+int run_job(const Plan& plan, const RunConfig& config) {
+  Daemon d(plan, config);
+  return d.run();
+}
+
+}  // namespace accrun::launcher

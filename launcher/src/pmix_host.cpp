@@ -1,0 +1,658 @@
+// The node daemon's PMIx server: see pmix_host.hpp and accrun(7).
+#include "pmix_host.hpp"
+
+#include <hwloc.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+
+#include "accrun/log.hpp"
+
+namespace accrun::launcher {
+
+// ---------------------------------------------------------------- UpcallQueue
+
+UpcallQueue::UpcallQueue() : fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+UpcallQueue::~UpcallQueue() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void UpcallQueue::push(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    q_.push_back(std::move(fn));
+  }
+  uint64_t one = 1;
+  ssize_t n = write(fd_, &one, sizeof one);
+  (void)n;  // the counter cannot overflow in practice; a failed wake-up is retried by the next push
+}
+
+void UpcallQueue::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  q_.clear();
+}
+
+void UpcallQueue::drain() {
+  uint64_t count = 0;
+  ssize_t n = read(fd_, &count, sizeof count);
+  (void)n;  // EAGAIN: nothing was signalled, the queue may still hold work
+  for (;;) {
+    std::deque<std::function<void()>> batch;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      batch.swap(q_);
+    }
+    if (batch.empty()) return;
+    for (auto& fn : batch) fn();
+  }
+}
+
+// ------------------------------------------------------------------- helpers
+
+namespace {
+
+// The PMIx server library calls plain C functions with no context pointer
+// for most upcalls, so the active server is reached through this one
+// process-wide pointer (one PMIx server per process is the library's own
+// rule).  Set while the server is initialised, cleared before finalize.
+std::atomic<PmixServer*> g_active{nullptr};
+
+// Waits for one PMIx operation callback.
+struct OpSync {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  pmix_status_t status = PMIX_SUCCESS;
+
+  static void callback(pmix_status_t status, void* cbdata) {
+    auto* s = static_cast<OpSync*>(cbdata);
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->status = status;
+    s->done = true;
+    s->cv.notify_all();
+  }
+  pmix_status_t wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [this] { return done; });
+    return status;
+  }
+};
+
+Status pmix_error(const std::string& what, pmix_status_t rc) {
+  return Status(Code::kSystem, what + ": " + PMIx_Error_string(rc));
+}
+
+std::string join(const std::vector<std::string>& parts, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i) out += sep;
+    out += parts[i];
+  }
+  return out;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::vector<std::string> parts;
+  for (int r : ranks) parts.push_back(std::to_string(r));
+  return join(parts, ",");
+}
+
+void free_value(pmix_value_t* v) {
+  if (v == nullptr) return;
+  PMIX_VALUE_RELEASE(v);
+}
+
+std::shared_ptr<pmix_value_t> copy_value(const pmix_value_t* src) {
+  pmix_value_t* v = nullptr;
+  PMIX_VALUE_CREATE(v, 1);
+  if (v == nullptr) return nullptr;
+  if (PMIx_Value_xfer(v, src) != PMIX_SUCCESS) {
+    free_value(v);
+    return nullptr;
+  }
+  return std::shared_ptr<pmix_value_t>(v, free_value);
+}
+
+// An info list under construction; converted to one array at the end.
+class InfoList {
+ public:
+  InfoList() : p_(PMIx_Info_list_start()) {}
+  ~InfoList() { PMIx_Info_list_release(p_); }
+  InfoList(const InfoList&) = delete;
+  InfoList& operator=(const InfoList&) = delete;
+  void add(const char* key, const void* value, pmix_data_type_t type) {
+    if (PMIx_Info_list_add(p_, key, value, type) != PMIX_SUCCESS) ok_ = false;
+  }
+  void add_string(const char* key, const std::string& v) { add(key, v.c_str(), PMIX_STRING); }
+  void add_u32(const char* key, uint32_t v) { add(key, &v, PMIX_UINT32); }
+  void add_u16(const char* key, uint16_t v) { add(key, &v, PMIX_UINT16); }
+  void add_rank(const char* key, pmix_rank_t v) { add(key, &v, PMIX_PROC_RANK); }
+  void add_bool(const char* key, bool v) { add(key, &v, PMIX_BOOL); }
+  // Adds `inner` as a nested data array under `key`.
+  void add_array(const char* key, InfoList& inner) {
+    pmix_data_array_t da;
+    PMIX_DATA_ARRAY_CONSTRUCT(&da, 0, PMIX_INFO);
+    if (PMIx_Info_list_convert(inner.p_, &da) != PMIX_SUCCESS) {
+      ok_ = false;
+      return;
+    }
+    add(key, &da, PMIX_DATA_ARRAY);
+    PMIX_DATA_ARRAY_DESTRUCT(&da);
+  }
+  bool ok() const { return ok_; }
+  // The list as an array the caller owns (PMIX_DATA_ARRAY_DESTRUCT).
+  bool convert(pmix_data_array_t* out) {
+    PMIX_DATA_ARRAY_CONSTRUCT(out, 0, PMIX_INFO);
+    return ok_ && PMIx_Info_list_convert(p_, out) == PMIX_SUCCESS;
+  }
+
+ private:
+  void* p_;
+  bool ok_ = true;
+};
+
+// ------------------------------------------------------------------- upcalls
+// Each runs on PMIx's progress thread: copy, queue, return.
+
+pmix_status_t up_connected(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t cbfunc, void* cbdata) {
+  PmixServer* s = g_active.load();
+  if (s == nullptr) return PMIX_OPERATION_SUCCEEDED;
+  int rank = static_cast<int>(proc->rank);
+  s->queue()->push([s, rank, cbfunc, cbdata] {
+    s->events()->on_connected(rank);
+    if (cbfunc) cbfunc(PMIX_SUCCESS, cbdata);
+  });
+  return PMIX_SUCCESS;
+}
+
+pmix_status_t up_finalized(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t cbfunc, void* cbdata) {
+  PmixServer* s = g_active.load();
+  if (s == nullptr) return PMIX_OPERATION_SUCCEEDED;
+  int rank = static_cast<int>(proc->rank);
+  s->queue()->push([s, rank, cbfunc, cbdata] {
+    s->events()->on_finalized(rank);
+    if (cbfunc) cbfunc(PMIX_SUCCESS, cbdata);
+  });
+  return PMIX_SUCCESS;
+}
+
+pmix_status_t up_abort(const pmix_proc_t* proc, void*, int status, const char msg[],
+                       pmix_proc_t[], size_t, pmix_op_cbfunc_t cbfunc, void* cbdata) {
+  PmixServer* s = g_active.load();
+  if (s == nullptr) return PMIX_OPERATION_SUCCEEDED;
+  int rank = static_cast<int>(proc->rank);
+  std::string message = msg ? msg : "";
+  // Whatever set of processes it names, an abort ends the job (mpirun's rule).
+  s->queue()->push([s, rank, status, message, cbfunc, cbdata] {
+    s->events()->on_abort(rank, status, message);
+    if (cbfunc) cbfunc(PMIX_SUCCESS, cbdata);
+  });
+  return PMIX_SUCCESS;
+}
+
+void release_blob(void* cbdata) { delete static_cast<std::string*>(cbdata); }
+
+pmix_status_t up_fence(const pmix_proc_t[], size_t, const pmix_info_t[], size_t, char* data,
+                       size_t ndata, pmix_modex_cbfunc_t cbfunc, void* cbdata) {
+  PmixServer* s = g_active.load();
+  if (s == nullptr) return PMIX_ERR_NOT_SUPPORTED;
+  // The library owns `data` only until we return: copy it.
+  auto blob = std::make_shared<std::string>(data ? std::string(data, ndata) : std::string());
+  s->queue()->push([blob, cbfunc, cbdata] {
+    // One host: every participant is local, so the collected blob is this
+    // host's contribution.  Several hosts add the allgather between daemons
+    // here before completing.
+    log(LogLevel::kDebug, "fence: completing with %zu bytes", blob->size());
+    auto* owned = new std::string(*blob);
+    cbfunc(PMIX_SUCCESS, owned->data(), owned->size(), cbdata, release_blob, owned);
+  });
+  return PMIX_SUCCESS;
+}
+
+pmix_status_t up_direct_modex(const pmix_proc_t*, const pmix_info_t[], size_t, pmix_modex_cbfunc_t,
+                              void*) {
+  // The library only asks about processes on other hosts; on one host there
+  // are none (several hosts forward the request to the owning daemon).
+  return PMIX_ERR_NOT_FOUND;
+}
+
+bool reserved_key(const char* key) { return std::strncmp(key, "pmix.", 5) == 0; }
+
+pmix_status_t up_publish(const pmix_proc_t* proc, const pmix_info_t info[], size_t ninfo,
+                         pmix_op_cbfunc_t cbfunc, void* cbdata) {
+  PmixServer* s = g_active.load();
+  if (s == nullptr) return PMIX_ERR_NOT_SUPPORTED;
+  std::vector<std::pair<std::string, std::shared_ptr<pmix_value_t>>> values;
+  for (size_t i = 0; i < ninfo; ++i) {
+    if (reserved_key(info[i].key)) continue;
+    auto v = copy_value(&info[i].value);
+    if (!v) return PMIX_ERR_NOMEM;
+    values.emplace_back(info[i].key, std::move(v));
+  }
+  int rank = static_cast<int>(proc->rank);
+  s->queue()->push([s, rank, values = std::move(values), cbfunc, cbdata]() mutable {
+    s->do_publish(rank, std::move(values), [cbfunc, cbdata](int rc) {
+      if (cbfunc) cbfunc(rc, cbdata);
+    });
+  });
+  return PMIX_SUCCESS;
+}
+
+}  // namespace
+
+struct PmixServer::PendingLookup {
+  int rank = 0;
+  std::vector<std::string> keys;
+  bool wait = false;
+  size_t wait_count = 0;  // 0: every key
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  pmix_lookup_cbfunc_t cbfunc = nullptr;
+  void* cbdata = nullptr;
+  bool done = false;
+};
+
+namespace {
+
+pmix_status_t up_lookup(const pmix_proc_t* proc, char** keys, const pmix_info_t info[], size_t ninfo,
+                        pmix_lookup_cbfunc_t cbfunc, void* cbdata) {
+  PmixServer* s = g_active.load();
+  if (s == nullptr) return PMIX_ERR_NOT_SUPPORTED;
+  auto lookup = std::make_shared<PmixServer::PendingLookup>();
+  lookup->rank = static_cast<int>(proc->rank);
+  for (size_t i = 0; keys != nullptr && keys[i] != nullptr; ++i) lookup->keys.emplace_back(keys[i]);
+  for (size_t i = 0; i < ninfo; ++i) {
+    const pmix_value_t& v = info[i].value;
+    if (PMIX_CHECK_KEY(&info[i], PMIX_WAIT)) {
+      // PMIX_WAIT is an int in the standard (0: all keys); accept a bool too.
+      if (v.type == PMIX_BOOL) {
+        lookup->wait = v.data.flag;
+      } else if (v.type == PMIX_INT) {
+        lookup->wait = true;
+        lookup->wait_count = v.data.integer > 0 ? static_cast<size_t>(v.data.integer) : 0;
+      } else if (v.type == PMIX_UINT32) {
+        lookup->wait = true;
+        lookup->wait_count = v.data.uint32;
+      } else {
+        lookup->wait = true;
+      }
+    } else if (PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT)) {
+      long secs = v.type == PMIX_INT ? v.data.integer : v.type == PMIX_UINT32 ? v.data.uint32 : 0;
+      if (secs > 0) lookup->deadline = std::chrono::steady_clock::now() + std::chrono::seconds(secs);
+    }
+  }
+  lookup->cbfunc = cbfunc;
+  lookup->cbdata = cbdata;
+  s->queue()->push([s, lookup] { s->do_lookup(lookup); });
+  return PMIX_SUCCESS;
+}
+
+pmix_status_t up_unpublish(const pmix_proc_t* proc, char** keys, const pmix_info_t[], size_t,
+                           pmix_op_cbfunc_t cbfunc, void* cbdata) {
+  PmixServer* s = g_active.load();
+  if (s == nullptr) return PMIX_ERR_NOT_SUPPORTED;
+  std::vector<std::string> names;
+  for (size_t i = 0; keys != nullptr && keys[i] != nullptr; ++i) names.emplace_back(keys[i]);
+  int rank = static_cast<int>(proc->rank);
+  s->queue()->push([s, rank, names = std::move(names), cbfunc, cbdata]() mutable {
+    s->do_unpublish(rank, std::move(names), [cbfunc, cbdata](int rc) {
+      if (cbfunc) cbfunc(rc, cbdata);
+    });
+  });
+  return PMIX_SUCCESS;
+}
+
+pmix_server_module_t make_module() {
+  pmix_server_module_t m;
+  std::memset(&m, 0, sizeof m);
+  m.client_connected = up_connected;
+  m.client_finalized = up_finalized;
+  m.abort = up_abort;
+  m.fence_nb = up_fence;
+  m.direct_modex = up_direct_modex;
+  m.publish = up_publish;
+  m.lookup = up_lookup;
+  m.unpublish = up_unpublish;
+  return m;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- PmixServer
+
+Result<std::unique_ptr<PmixServer>> PmixServer::start(const std::string& rendezvous_dir,
+                                                      UpcallQueue* queue, ClientEvents* events) {
+  if (g_active.load() != nullptr) return invalid_usage("a PMIx server is already running in this process");
+  // On one host the library would complete fences without the host; route
+  // them through fence_nb so several hosts only add the exchange.  The
+  // library reads its MCA parameters from the environment at init, before
+  // any thread of ours exists.
+  setenv("PMIX_MCA_pmix_server_fence_localonly_opt", "0", 1);
+  std::unique_ptr<PmixServer> server(new PmixServer(queue, events));
+  static pmix_server_module_t module = make_module();  // the library keeps the pointer
+  // Our own topology of this host, without I/O devices: left to itself the
+  // library discovers PCI and GPU devices (about 60 ms here).  An XML file
+  // named by HWLOC_XMLFILE describes some other machine: it is for planning
+  // only and must not reach PMIx or the ranks' binding (DESIGN.md §4).
+  unsetenv("HWLOC_XMLFILE");
+  hwloc_topology_t topo = nullptr;
+  if (hwloc_topology_init(&topo) == 0) {
+    hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+    if (hwloc_topology_load(topo) != 0) {
+      hwloc_topology_destroy(topo);
+      topo = nullptr;
+    }
+  }
+  server->topology_ = topo;
+  server->pmix_topology_.source = const_cast<char*>("hwloc");
+  server->pmix_topology_.topology = topo;
+  pmix_info_t info[4];
+  PMIX_INFO_LOAD(&info[0], PMIX_SERVER_TMPDIR, rendezvous_dir.c_str(), PMIX_STRING);
+  PMIX_INFO_LOAD(&info[1], PMIX_SYSTEM_TMPDIR, rendezvous_dir.c_str(), PMIX_STRING);
+  bool share = true;
+  PMIX_INFO_LOAD(&info[2], PMIX_SERVER_SHARE_TOPOLOGY, &share, PMIX_BOOL);
+  // Built by hand and never destructed: destructing a loaded PMIX_TOPO
+  // entry frees the topology the library keeps using (use after free).
+  size_t ninfo = 3;
+  if (topo != nullptr) {
+    PMIX_INFO_CONSTRUCT(&info[3]);
+    PMIX_LOAD_KEY(info[3].key, PMIX_TOPOLOGY2);
+    info[3].value.type = PMIX_TOPO;
+    info[3].value.data.topo = &server->pmix_topology_;
+    ninfo = 4;
+  }
+  g_active.store(server.get());
+  pmix_status_t rc = PMIx_server_init(&module, info, ninfo);
+  for (size_t i = 0; i < 3; ++i) PMIX_INFO_DESTRUCT(&info[i]);
+  if (rc != PMIX_SUCCESS) {
+    g_active.store(nullptr);
+    return pmix_error("PMIx_server_init", rc);
+  }
+  server->initialized_ = true;
+  return server;
+}
+
+PmixServer::~PmixServer() {
+  if (!initialized_) {
+    if (topology_ != nullptr) hwloc_topology_destroy(static_cast<hwloc_topology_t>(topology_));
+    return;
+  }
+  for (auto& l : waiting_) {
+    if (!l->done && l->cbfunc) l->cbfunc(PMIX_ERR_TIMEOUT, nullptr, 0, l->cbdata);
+    l->done = true;
+  }
+  if (!nspace_.empty()) {
+    OpSync sync;
+    PMIx_server_deregister_nspace(nspace_.c_str(), OpSync::callback, &sync);
+    sync.wait();
+  }
+  g_active.store(nullptr);
+  PMIx_server_finalize();
+  if (topology_ != nullptr) hwloc_topology_destroy(static_cast<hwloc_topology_t>(topology_));
+  // Whatever the progress thread queued before it stopped refers to this
+  // server; its clients are gone, so it is dropped unrun.
+  queue_->clear();
+}
+
+Status PmixServer::register_job(const PmixJob& job) {
+  nspace_ = job.nspace;
+  InfoList list;
+  list.add_string(PMIX_JOBID, job.jobid);
+  list.add_u32(PMIX_UNIV_SIZE, job.size);
+  list.add_u32(PMIX_JOB_SIZE, job.size);
+  list.add_u32(PMIX_MAX_PROCS, job.size);
+  list.add_u32(PMIX_NUM_NODES, static_cast<uint32_t>(job.hostnames.size()));
+  // Maps: node names in node-id order; one explicit comma list of ranks per
+  // node (a range makes the library publish a local size of 1).
+  char* regex = nullptr;
+  pmix_status_t rc = PMIx_generate_regex(join(job.hostnames, ",").c_str(), &regex);
+  if (rc != PMIX_SUCCESS || regex == nullptr) return pmix_error("PMIx_generate_regex", rc);
+  list.add(PMIX_NODE_MAP, regex, PMIX_REGEX);
+  free(regex);
+  std::vector<std::string> per_node;
+  for (const auto& ranks : job.ranks_by_node) per_node.push_back(rank_list(ranks));
+  char* ppn = nullptr;
+  rc = PMIx_generate_ppn(join(per_node, ";").c_str(), &ppn);
+  if (rc != PMIX_SUCCESS || ppn == nullptr) return pmix_error("PMIx_generate_ppn", rc);
+  list.add(PMIX_PROC_MAP, ppn, PMIX_REGEX);
+  free(ppn);
+  list.add_string(PMIX_TMPDIR, job.tmpdir);
+  list.add_string(PMIX_NSDIR, job.nsdir);
+  list.add_bool(PMIX_TDIR_RMCLEAN, true);
+  list.add_string(PMIX_MAPBY, "slot");
+  list.add_string(PMIX_RANKBY, "slot");
+  list.add_string(PMIX_BINDTO, job.bind_to);
+  // One application.
+  list.add_u32(PMIX_APPNUM, 0);
+  list.add_u32(PMIX_APP_SIZE, job.size);
+  list.add_rank(PMIX_APPLDR, 0);
+
+  std::vector<int> node_of(job.size, 0);
+  for (size_t n = 0; n < job.ranks_by_node.size(); ++n) {
+    for (int r : job.ranks_by_node[n]) node_of[r] = static_cast<int>(n);
+    const auto& ranks = job.ranks_by_node[n];
+    InfoList node;
+    node.add_u32(PMIX_NODEID, static_cast<uint32_t>(n));
+    node.add_string(PMIX_HOSTNAME, job.hostnames[n]);
+    node.add_u32(PMIX_LOCAL_SIZE, static_cast<uint32_t>(ranks.size()));
+    node.add_u32(PMIX_NODE_SIZE, static_cast<uint32_t>(ranks.size()));
+    node.add_string(PMIX_LOCAL_PEERS, rank_list(ranks));
+    if (!ranks.empty()) node.add_rank(PMIX_LOCALLDR, static_cast<pmix_rank_t>(ranks.front()));
+    list.add_array(PMIX_NODE_INFO_ARRAY, node);
+  }
+
+  std::vector<uint16_t> local_rank(job.size, 0);
+  for (const auto& ranks : job.ranks_by_node)
+    for (size_t i = 0; i < ranks.size(); ++i) local_rank[ranks[i]] = static_cast<uint16_t>(i);
+  for (int r = 0; r < job.size; ++r) {
+    InfoList proc;
+    proc.add_rank(PMIX_RANK, static_cast<pmix_rank_t>(r));  // must come first
+    proc.add_u32(PMIX_APPNUM, 0);
+    proc.add_rank(PMIX_GLOBAL_RANK, static_cast<pmix_rank_t>(r));
+    proc.add_rank(PMIX_APP_RANK, static_cast<pmix_rank_t>(r));
+    proc.add_u16(PMIX_LOCAL_RANK, local_rank[r]);
+    proc.add_u16(PMIX_NODE_RANK, local_rank[r]);
+    proc.add_u32(PMIX_NODEID, static_cast<uint32_t>(node_of[r]));
+    proc.add_string(PMIX_HOSTNAME, job.hostnames[node_of[r]]);
+    proc.add_u32(PMIX_REINCARNATION, 0);
+    if (node_of[r] == job.node && r < static_cast<int>(job.cpus.size()) && !job.cpus[r].empty()) {
+      pmix_cpuset_t cpuset;
+      PMIX_CPUSET_CONSTRUCT(&cpuset);
+      cpuset.source = const_cast<char*>("hwloc");
+      hwloc_bitmap_t bitmap = hwloc_bitmap_alloc();
+      if (bitmap != nullptr && hwloc_bitmap_list_sscanf(bitmap, job.cpus[r].c_str()) == 0) {
+        cpuset.bitmap = bitmap;
+        char* loc = nullptr;
+        if (PMIx_server_generate_locality_string(&cpuset, &loc) == PMIX_SUCCESS && loc) {
+          proc.add_string(PMIX_LOCALITY_STRING, loc);
+          free(loc);
+        }
+        char* str = nullptr;
+        if (PMIx_server_generate_cpuset_string(&cpuset, &str) == PMIX_SUCCESS && str) {
+          proc.add_string(PMIX_CPUSET, str);
+          free(str);
+        }
+      }
+      if (bitmap != nullptr) hwloc_bitmap_free(bitmap);
+    }
+    list.add_array(PMIX_PROC_DATA, proc);
+  }
+
+  pmix_data_array_t arr;
+  if (!list.convert(&arr)) return Status(Code::kSystem, "building the PMIx job description failed");
+  OpSync sync;
+  int nlocal = static_cast<int>(job.ranks_by_node[job.node].size());
+  rc = PMIx_server_register_nspace(job.nspace.c_str(), nlocal, static_cast<pmix_info_t*>(arr.array),
+                                   arr.size, OpSync::callback, &sync);
+  if (rc == PMIX_SUCCESS) rc = sync.wait();
+  PMIX_DATA_ARRAY_DESTRUCT(&arr);
+  if (rc != PMIX_SUCCESS && rc != PMIX_OPERATION_SUCCEEDED) {
+    nspace_.clear();
+    return pmix_error("PMIx_server_register_nspace", rc);
+  }
+  // All clients at once, one wait: a round trip to the library's thread per
+  // client would cost ~0.3 ms each.
+  struct Counter {
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t left = 0;
+    pmix_status_t first_error = PMIX_SUCCESS;
+    static void callback(pmix_status_t status, void* cbdata) {
+      auto* c = static_cast<Counter*>(cbdata);
+      std::lock_guard<std::mutex> lock(c->mu);
+      if (status != PMIX_SUCCESS && status != PMIX_OPERATION_SUCCEEDED && c->first_error == PMIX_SUCCESS)
+        c->first_error = status;
+      if (--c->left == 0) c->cv.notify_all();
+    }
+  } counter;
+  const auto& mine = job.ranks_by_node[job.node];
+  counter.left = mine.size();
+  for (int r : mine) {
+    pmix_proc_t p;
+    PMIX_LOAD_PROCID(&p, job.nspace.c_str(), static_cast<pmix_rank_t>(r));
+    rc = PMIx_server_register_client(&p, getuid(), getgid(), nullptr, Counter::callback, &counter);
+    if (rc != PMIX_SUCCESS) Counter::callback(rc, &counter);  // the callback will not run
+  }
+  {
+    std::unique_lock<std::mutex> lock(counter.mu);
+    counter.cv.wait(lock, [&] { return counter.left == 0; });
+  }
+  if (counter.first_error != PMIX_SUCCESS) return pmix_error("PMIx_server_register_client", counter.first_error);
+  return Status::ok();
+}
+
+Result<Env> PmixServer::client_env(int rank) {
+  pmix_proc_t p;
+  PMIX_LOAD_PROCID(&p, nspace_.c_str(), static_cast<pmix_rank_t>(rank));
+  char** env = nullptr;
+  pmix_status_t rc = PMIx_server_setup_fork(&p, &env);
+  Env out;
+  for (size_t i = 0; env != nullptr && env[i] != nullptr; ++i) {
+    const char* eq = std::strchr(env[i], '=');
+    if (eq != nullptr) out[std::string(env[i], static_cast<size_t>(eq - env[i]))] = eq + 1;
+    free(env[i]);
+  }
+  free(env);
+  if (rc != PMIX_SUCCESS) return pmix_error("PMIx_server_setup_fork(rank " + std::to_string(rank) + ")", rc);
+  return out;
+}
+
+namespace {
+struct NotifyCtx {
+  pmix_info_t* info = nullptr;
+  size_t ninfo = 0;
+  UpcallQueue* queue = nullptr;
+  std::function<void()> done;
+};
+void notify_done(pmix_status_t, void* cbdata) {
+  auto* ctx = static_cast<NotifyCtx*>(cbdata);
+  PMIX_INFO_FREE(ctx->info, ctx->ninfo);
+  ctx->queue->push(std::move(ctx->done));
+  delete ctx;
+}
+}  // namespace
+
+void PmixServer::notify_failure(int rank, int exit_code, const std::string& kind,
+                                const std::string& host, const std::string& text,
+                                std::function<void()> done) {
+  auto* ctx = new NotifyCtx;
+  ctx->ninfo = 5;
+  ctx->queue = queue_;
+  ctx->done = std::move(done);
+  PMIX_INFO_CREATE(ctx->info, ctx->ninfo);
+  pmix_proc_t failed;
+  PMIX_LOAD_PROCID(&failed, nspace_.c_str(), static_cast<pmix_rank_t>(rank));
+  PMIX_INFO_LOAD(&ctx->info[0], PMIX_EVENT_AFFECTED_PROC, &failed, PMIX_PROC);
+  PMIX_INFO_LOAD(&ctx->info[1], PMIX_EXIT_CODE, &exit_code, PMIX_INT);
+  PMIX_INFO_LOAD(&ctx->info[2], PMIX_HOSTNAME, host.c_str(), PMIX_STRING);
+  PMIX_INFO_LOAD(&ctx->info[3], "accrun.failure.kind", kind.c_str(), PMIX_STRING);
+  PMIX_INFO_LOAD(&ctx->info[4], PMIX_EVENT_TEXT_MESSAGE, text.c_str(), PMIX_STRING);
+  // The source is the failed process, so that PMIX_RANGE_NAMESPACE means
+  // the job's namespace.
+  pmix_status_t rc = PMIx_Notify_event(PMIX_PROC_TERMINATED, &failed, PMIX_RANGE_NAMESPACE,
+                                       ctx->info, ctx->ninfo, notify_done, ctx);
+  if (rc != PMIX_SUCCESS) {
+    // Completed at once (or failed): the callback will not run.
+    if (rc != PMIX_OPERATION_SUCCEEDED)
+      log(LogLevel::kDebug, "PMIx_Notify_event: %s", PMIx_Error_string(rc));
+    notify_done(rc, ctx);
+  }
+}
+
+// ---------------------------------------------------------- name directory
+
+void PmixServer::do_publish(int rank, std::vector<std::pair<std::string, std::shared_ptr<pmix_value_t>>> values,
+                            std::function<void(int)> reply) {
+  for (const auto& [key, v] : values) {
+    if (directory_.count(key)) {
+      reply(PMIX_ERR_DUPLICATE_KEY);
+      return;
+    }
+  }
+  for (auto& [key, v] : values) directory_[key] = {rank, std::move(v)};
+  reply(PMIX_SUCCESS);
+  // Waiting lookups may now be satisfied.
+  for (auto& l : waiting_) try_complete(*l, false);
+  std::erase_if(waiting_, [](const auto& l) { return l->done; });
+}
+
+bool PmixServer::try_complete(PendingLookup& l, bool final) {
+  if (l.done) return true;
+  std::vector<std::string> found;
+  for (const auto& k : l.keys)
+    if (directory_.count(k)) found.push_back(k);
+  size_t needed = l.wait_count == 0 ? l.keys.size() : std::min(l.wait_count, l.keys.size());
+  if (l.wait && found.size() < needed && !final) return false;
+  pmix_status_t status = PMIX_SUCCESS;
+  if (l.wait && found.size() < needed) {
+    status = PMIX_ERR_TIMEOUT;
+    found.clear();
+  } else if (found.empty()) {
+    status = PMIX_ERR_NOT_FOUND;
+  }
+  pmix_pdata_t* pd = nullptr;
+  if (!found.empty()) PMIX_PDATA_CREATE(pd, found.size());
+  for (size_t i = 0; i < found.size(); ++i) {
+    const auto& entry = directory_[found[i]];
+    PMIX_LOAD_PROCID(&pd[i].proc, nspace_.c_str(), static_cast<pmix_rank_t>(entry.first));
+    PMIX_LOAD_KEY(pd[i].key, found[i].c_str());
+    PMIx_Value_xfer(&pd[i].value, entry.second.get());
+  }
+  if (l.cbfunc) l.cbfunc(status, pd, found.size(), l.cbdata);  // packs the reply before returning
+  if (pd != nullptr) PMIX_PDATA_FREE(pd, found.size());
+  l.done = true;
+  return true;
+}
+
+void PmixServer::do_lookup(std::shared_ptr<PendingLookup> lookup) {
+  if (try_complete(*lookup, false)) return;
+  waiting_.push_back(std::move(lookup));
+}
+
+void PmixServer::do_unpublish(int rank, std::vector<std::string> keys, std::function<void(int)> reply) {
+  if (keys.empty()) {
+    std::erase_if(directory_, [rank](const auto& e) { return e.second.first == rank; });
+  } else {
+    for (const auto& k : keys) directory_.erase(k);
+  }
+  reply(PMIX_SUCCESS);
+}
+
+std::optional<std::chrono::steady_clock::time_point> PmixServer::next_deadline() const {
+  std::optional<std::chrono::steady_clock::time_point> best;
+  for (const auto& l : waiting_)
+    if (!l->done && l->deadline && (!best || *l->deadline < *best)) best = l->deadline;
+  return best;
+}
+
+void PmixServer::expire(std::chrono::steady_clock::time_point now) {
+  for (auto& l : waiting_)
+    if (!l->done && l->deadline && *l->deadline <= now) try_complete(*l, true);
+  std::erase_if(waiting_, [](const auto& l) { return l->done; });
+}
+
+}  // namespace accrun::launcher

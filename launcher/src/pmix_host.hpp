@@ -1,0 +1,130 @@
+// pmix_host.hpp — the node daemon's PMIx server (DESIGN.md §4, accrun(7)
+// "THE LAUNCHER AND THE RUNTIME").  Wraps the OpenPMIx server library: init,
+// the job's namespace, its clients, and the host upcalls.  Upcalls arrive on
+// PMIx's progress thread; they only copy their arguments into an UpcallQueue
+// and wake the event loop, which runs everything here on its own thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <optional>
+#include <vector>
+
+#include <pmix.h>
+#include <pmix_server.h>
+
+#include "accrun/plan.hpp"
+#include "accrun/status.hpp"
+
+namespace accrun::launcher {
+
+// Closures handed from any thread to the event loop, which is woken through
+// an eventfd.  Thread-safe.
+class UpcallQueue {
+ public:
+  UpcallQueue();
+  ~UpcallQueue();
+  UpcallQueue(const UpcallQueue&) = delete;
+  UpcallQueue& operator=(const UpcallQueue&) = delete;
+
+  bool valid() const { return fd_ >= 0; }
+  int fd() const { return fd_; }        // readable while closures are queued
+  void push(std::function<void()> fn);  // any thread
+  // Runs every queued closure (including ones queued while running) on the
+  // calling thread, the event loop.
+  void drain();
+  // Drops every queued closure unrun (after the PMIx library stopped).
+  void clear();
+
+ private:
+  int fd_ = -1;
+  std::mutex mu_;
+  std::deque<std::function<void()>> q_;
+};
+
+// What the event loop learns from the PMIx library about its clients.
+class ClientEvents {
+ public:
+  virtual ~ClientEvents() = default;
+  virtual void on_connected(int rank) = 0;
+  virtual void on_finalized(int rank) = 0;
+  virtual void on_abort(int rank, int status, const std::string& message) = 0;
+};
+
+// One host's view of a job, as PMIx registers it.
+struct PmixJob {
+  std::string nspace;
+  std::string jobid;
+  std::vector<std::string> hostnames;  // node ids 0..n-1
+  std::vector<std::vector<int>> ranks_by_node;  // global ranks on each node, ascending
+  int node = 0;                         // this host's node id
+  int size = 0;
+  std::vector<std::string> cpus;        // per global rank: hwloc list, "" unbound
+  std::string tmpdir;                   // job temp dir (PMIX_TMPDIR)
+  std::string nsdir;                    // PMIX_NSDIR
+  std::string bind_to = "none";
+};
+
+// The PMIx server and the job's name directory.  One per process (the PMIx
+// server library is process-global).  All methods run on the event loop
+// thread; construction and destruction too.
+class PmixServer {
+ public:
+  // Initialises the server library with its rendezvous in `rendezvous_dir`
+  // (which must exist, mode 0700).  Upcalls are queued on `queue` and
+  // reported to `events`; both must outlive the server.
+  static Result<std::unique_ptr<PmixServer>> start(const std::string& rendezvous_dir,
+                                                   UpcallQueue* queue, ClientEvents* events);
+  ~PmixServer();  // deregisters the namespace and finalises the library
+  PmixServer(const PmixServer&) = delete;
+  PmixServer& operator=(const PmixServer&) = delete;
+
+  // Registers the namespace (full job/node/app/proc key set) and this
+  // host's clients.  Blocks until the library has stored it.
+  Status register_job(const PmixJob& job);
+  // The PMIx client variables for one local rank (PMIx_server_setup_fork).
+  Result<Env> client_env(int rank);
+
+  // Tells every surviving rank that `rank` failed (accrun(7), "Failure
+  // events"); `done` runs on the event loop once the library took it.
+  void notify_failure(int rank, int exit_code, const std::string& kind,
+                      const std::string& host, const std::string& text,
+                      std::function<void()> done);
+
+  // Lookups waiting with PMIX_TIMEOUT: the earliest deadline, if any, and
+  // expiring those that are due.
+  std::optional<std::chrono::steady_clock::time_point> next_deadline() const;
+  void expire(std::chrono::steady_clock::time_point now);
+
+  // Event-loop side of the upcalls (called through the queue).
+  struct PendingLookup;
+  void do_publish(int rank, std::vector<std::pair<std::string, std::shared_ptr<pmix_value_t>>> values,
+                  std::function<void(int)> reply);
+  void do_lookup(std::shared_ptr<PendingLookup> lookup);
+  void do_unpublish(int rank, std::vector<std::string> keys, std::function<void(int)> reply);
+  UpcallQueue* queue() const { return queue_; }
+  ClientEvents* events() const { return events_; }
+
+ private:
+  PmixServer(UpcallQueue* queue, ClientEvents* events) : queue_(queue), events_(events) {}
+  bool try_complete(PendingLookup& lookup, bool final);
+
+  UpcallQueue* queue_;
+  ClientEvents* events_;
+  bool initialized_ = false;
+  void* topology_ = nullptr;            // hwloc_topology_t, alive until after finalize
+  pmix_topology_t pmix_topology_{};
+  std::string nspace_;
+  // The job's name directory: key -> (publisher rank, value).
+  std::map<std::string, std::pair<int, std::shared_ptr<pmix_value_t>>> directory_;
+  std::vector<std::shared_ptr<PendingLookup>> waiting_;
+};
+
+}  // namespace accrun::launcher

@@ -1,0 +1,296 @@
+#include "groups.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <sstream>
+
+#include "accrun/log.hpp"
+#include "config.hpp"
+
+namespace accrun::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using collectives::BackendKind;
+
+std::string join_ints(const std::vector<int>& v) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+// A closed marker is "<code> <message>".
+std::string encode_closed(Code code, const std::string& msg) {
+  return std::to_string(static_cast<int>(code)) + " " + msg;
+}
+Status decode_closed(const std::string& v) {
+  auto sp = v.find(' ');
+  int code = std::atoi(v.substr(0, sp).c_str());
+  std::string msg = sp == std::string::npos ? v : v.substr(sp + 1);
+  if (code <= 0 || code > static_cast<int>(Code::kNoMemory)) code = static_cast<int>(Code::kInvalidUsage);
+  return {static_cast<Code>(code), msg};
+}
+
+const char* requested_name(int requested) {
+  return requested < 0 ? "auto" : collectives::backend_name(static_cast<BackendKind>(requested));
+}
+
+}  // namespace
+
+std::string escape_key_component(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '/') out += "%2F";
+    else if (c == '%') out += "%25";
+    else out += c;
+  }
+  return out;
+}
+
+std::string encode_record(const MemberRecord& r) {
+  std::ostringstream o;
+  o << "world=" << r.world_size << "\nbackend=" << r.requested << "\njob_rank=" << r.member.job_rank
+    << "\nhost=" << r.member.host << "\nnode_rank=" << r.member.node_rank
+    << "\nlocal_rank=" << r.member.local_rank << "\npid=" << r.member.pid
+    << "\ngpus=" << join_ints(r.facts.gpu_ids) << "\nwhole=" << (r.facts.gpus_whole ? 1 : 0)
+    << "\nnccl=" << (r.facts.nccl_loadable ? 1 : 0) << "\nmpi=" << (r.facts.mpi_initialized ? 1 : 0)
+    << "\n";
+  return o.str();
+}
+
+Result<MemberRecord> decode_record(const std::string& s) {
+  MemberRecord r;
+  std::istringstream in(s);
+  std::string line;
+  int fields = 0;
+  while (std::getline(in, line)) {
+    auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string k = line.substr(0, eq), v = line.substr(eq + 1);
+    ++fields;
+    if (k == "world") r.world_size = std::atoi(v.c_str());
+    else if (k == "backend") r.requested = std::atoi(v.c_str());
+    else if (k == "job_rank") r.member.job_rank = std::atoi(v.c_str());
+    else if (k == "host") r.member.host = v;
+    else if (k == "node_rank") r.member.node_rank = std::atoi(v.c_str());
+    else if (k == "local_rank") r.member.local_rank = std::atoi(v.c_str());
+    else if (k == "pid") r.member.pid = std::atol(v.c_str());
+    else if (k == "gpus") {
+      auto ids = parse_id_list(v);
+      if (!ids) return ids.status();
+      r.facts.gpu_ids = *ids;
+    } else if (k == "whole") r.facts.gpus_whole = v == "1";
+    else if (k == "nccl") r.facts.nccl_loadable = v == "1";
+    else if (k == "mpi") r.facts.mpi_initialized = v == "1";
+    else --fields;
+  }
+  if (fields < 11) return invalid_usage("malformed group member record");
+  r.facts.host = r.member.host;
+  return r;
+}
+
+Status GroupRendezvous::publish(const std::string& key, const std::string& value) {
+  return dir_.publish(prefix_ + "rv/" + key, value);
+}
+
+Result<std::string> GroupRendezvous::lookup(const std::string& key, int timeout_ms) {
+  return dir_.lookup(prefix_ + "rv/" + key, timeout_ms);
+}
+
+GroupManager::GroupManager(Directory& dir, PeerTable* peers, SelfInfo self, GroupManagerOptions opts,
+                           BackendFactory factory, AutoResolver resolver)
+    : dir_(dir), peers_(peers), self_(std::move(self)), opts_(std::move(opts)),
+      factory_(std::move(factory)), resolver_(std::move(resolver)) {}
+
+std::string GroupManager::prefix(const std::string& name, std::uint64_t epoch) const {
+  return "accrun.g/" + escape_key_component(name) + "/" + std::to_string(epoch) + "/";
+}
+
+void GroupManager::close(const std::string& p, const std::string& reason) {
+  // Of several closers the first wins; a later one finds it closed already.
+  (void)dir_.publish(p + "closed", reason);
+}
+
+Result<std::shared_ptr<Group>> GroupManager::create(const std::string& name, int world_size, int rank,
+                                                    std::optional<BackendKind> requested) {
+  const std::string label = "group '" + name + "'";
+  std::uint64_t epoch = 0;
+  {
+    std::lock_guard lock(mu_);
+    epoch = next_epoch_[name];
+  }
+  auto remember = [&](std::uint64_t next) {
+    std::lock_guard lock(mu_);
+    next_epoch_[name] = std::max(next_epoch_[name], next);
+  };
+  const auto deadline = Clock::now() + std::chrono::milliseconds(opts_.init_timeout_ms);
+  auto remaining_ms = [&] {
+    return static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+  };
+
+  MemberRecord mine;
+  mine.world_size = world_size;
+  mine.requested = requested ? static_cast<int>(*requested) : -1;
+  mine.member = self_.member;
+  mine.facts = self_.facts;
+  if (!requested && opts_.refresh_facts) opts_.refresh_facts(mine.facts);
+  const std::string my_record = encode_record(mine);
+  const std::string who = "job rank " + std::to_string(self_.member.job_rank);
+
+  std::vector<MemberRecord> records;
+  std::string p;
+  for (;; ++epoch) {
+    p = prefix(name, epoch);
+    if (dir_.lookup(p + "closed", 0)) continue;  // an incarnation that is over
+    // Open the incarnation, or find it opened by another member.
+    int world = world_size;
+    if (Status st = dir_.publish(p + "world", std::to_string(world_size)); !st) {
+      if (st.code() != Code::kInvalidUsage) return st.with_context(label);
+      auto w = dir_.lookup(p + "world", 1000);
+      if (!w) return w.status().with_context(label);
+      world = std::atoi(w->c_str());
+    }
+    if (world != world_size) {
+      std::string reason = label + ": world sizes disagree: it was declared with world size " +
+                           std::to_string(world) + " and by " + who + " (group rank " +
+                           std::to_string(rank) + ") with world size " + std::to_string(world_size) +
+                           "; every member must pass the same world size";
+      close(p, encode_closed(Code::kInvalidUsage, reason));
+      remember(epoch + 1);
+      return invalid_usage(reason);
+    }
+    const std::string my_key = p + "rank/" + std::to_string(rank);
+    if (Status st = dir_.publish(my_key, my_record); !st) {
+      if (st.code() != Code::kInvalidUsage) return st.with_context(label);
+      // The slot is taken: by a member of an incarnation that has just
+      // closed (go on to the next one), or by another live member.
+      if (dir_.lookup(p + "closed", 0)) continue;
+      std::string other = "another member";
+      if (auto v = dir_.lookup(my_key, 1000)) {
+        if (auto rec = decode_record(*v)) other = "job rank " + std::to_string(rec->member.job_rank);
+      }
+      std::string reason = label + ": two members claim group rank " + std::to_string(rank) + ": " +
+                           other + " and " + who + "; each member must pass its own rank";
+      close(p, encode_closed(Code::kInvalidUsage, reason));
+      remember(epoch + 1);
+      return invalid_usage(reason);
+    }
+
+    // Gather every member's record.
+    records.assign(static_cast<std::size_t>(world_size), MemberRecord{});
+    records[static_cast<std::size_t>(rank)] = mine;
+    std::vector<int> missing;
+    for (int r = 0; r < world_size; ++r)
+      if (r != rank) missing.push_back(r);
+    while (!missing.empty()) {
+      for (auto it = missing.begin(); it != missing.end();) {
+        auto v = dir_.lookup(p + "rank/" + std::to_string(*it), 0);
+        if (!v) { ++it; continue; }
+        auto rec = decode_record(*v);
+        if (!rec) return rec.status().with_context(label);
+        records[static_cast<std::size_t>(*it)] = *rec;
+        it = missing.erase(it);
+      }
+      if (missing.empty()) break;
+      if (auto c = dir_.lookup(p + "closed", 0)) {
+        remember(epoch + 1);
+        return decode_closed(*c);
+      }
+      int left = remaining_ms();
+      if (left <= 0) {
+        std::string list;
+        for (std::size_t i = 0; i < missing.size(); ++i)
+          list += (i ? ", " : "") + std::to_string(missing[i]);
+        std::string reason = label + " (epoch " + std::to_string(epoch) + "): group rank" +
+                             (missing.size() > 1 ? "s " : " ") + list + " of " +
+                             std::to_string(world_size) + " never called accrun_group_init within " +
+                             std::to_string(opts_.init_timeout_ms / 1000.0).substr(0, 5) +
+                             " s (ACCRUN_GROUP_INIT_TIMEOUT)";
+        close(p, encode_closed(Code::kTimeout, reason));
+        remember(epoch + 1);
+        return timeout_error(reason);
+      }
+      // Wait for the first missing member; short slices so a closed marker
+      // (another member's error) is noticed promptly.
+      (void)dir_.lookup(p + "rank/" + std::to_string(missing.front()), std::min(left, 200));
+    }
+    break;
+  }
+  remember(epoch + 1);
+
+  // Every member checks the same records, so all reach the same verdict.
+  std::set<int> job_ranks;
+  std::vector<collectives::MemberFacts> facts;
+  for (int r = 0; r < world_size; ++r) {
+    const auto& rec = records[static_cast<std::size_t>(r)];
+    Status bad;
+    if (!job_ranks.insert(rec.member.job_rank).second) {
+      bad = invalid_usage(label + ": job rank " + std::to_string(rec.member.job_rank) +
+                          " holds two ranks of the group; a process holds at most one");
+    } else if (rec.requested != records[0].requested) {
+      bad = invalid_usage(label + ": members disagree on the backend: group rank 0 asked for " +
+                          requested_name(records[0].requested) + ", group rank " + std::to_string(r) +
+                          " for " + requested_name(rec.requested));
+    }
+    if (!bad) {
+      close(p, encode_closed(bad.code(), bad.message()));
+      return bad;
+    }
+    facts.push_back(rec.facts);
+  }
+  BackendKind kind = BackendKind::kStore;
+  std::string why;
+  if (requested) {
+    kind = *requested;
+    why = "requested";
+  } else {
+    kind = resolver_(facts, &why);
+  }
+  log(LogLevel::kDebug, "%s epoch %llu: rank %d of %d, backend %s (%s)", label.c_str(),
+      static_cast<unsigned long long>(epoch), rank, world_size, collectives::backend_name(kind),
+      why.c_str());
+
+  auto g = std::make_shared<Group>();
+  g->name = name;
+  g->epoch = epoch;
+  g->rank = rank;
+  g->size = world_size;
+  g->kind = kind;
+  for (const auto& rec : records) g->members.push_back(rec.member);
+  g->rendezvous = std::make_unique<GroupRendezvous>(dir_, p);
+  if (peers_ != nullptr)
+    for (const auto& m : g->members) peers_->note_member(m.job_rank, m.host, m.pid);
+
+  collectives::GroupContext ctx;
+  ctx.name = name;
+  ctx.epoch = epoch;
+  ctx.rank = rank;
+  ctx.size = world_size;
+  ctx.members = g->members;
+  ctx.shm_dir = opts_.shm_dir;
+  ctx.oversubscribed = opts_.oversubscribed;
+  ctx.timeout_ms = std::max(remaining_ms(), 1);  // the backend's own handshake
+  ctx.rendezvous = g->rendezvous.get();
+  ctx.peers = peers_;
+  auto backend = factory_(kind, ctx);
+  if (!backend) {
+    Status st = backend.status().with_context(label + " (backend " + collectives::backend_name(kind) + ")");
+    close(p, encode_closed(st.code(), st.message()));
+    return st;
+  }
+  g->backend = std::move(backend).value();
+  g->backend->set_timeout(-1);
+  return g;
+}
+
+Status GroupManager::destroy(Group& g) {
+  g.backend.reset();
+  close(prefix(g.name, g.epoch), encode_closed(Code::kInvalidUsage, "group '" + g.name +
+                                                   "' was destroyed by group rank " +
+                                                   std::to_string(g.rank)));
+  return Status::ok();
+}
+
+}  // namespace accrun::runtime

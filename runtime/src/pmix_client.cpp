@@ -1,0 +1,255 @@
+#include "pmix_client.hpp"
+
+#include <pmix.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "accrun/log.hpp"
+
+namespace accrun::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// PMIx's event callback carries no user pointer, so the one PeerTable of the
+// process is reachable from here only.  Set at init, cleared at finalize.
+std::atomic<PeerTable*> g_event_peers{nullptr};
+// This process's namespace, for filtering events about other jobs.
+char g_nspace[PMIX_MAX_NSLEN + 1];
+
+std::optional<long> value_to_long(const pmix_value_t* v) {
+  switch (v->type) {
+    case PMIX_UINT8: return v->data.uint8;
+    case PMIX_UINT16: return v->data.uint16;
+    case PMIX_UINT32: return static_cast<long>(v->data.uint32);
+    case PMIX_UINT64: return static_cast<long>(v->data.uint64);
+    case PMIX_INT8: return v->data.int8;
+    case PMIX_INT16: return v->data.int16;
+    case PMIX_INT32: return v->data.int32;
+    case PMIX_INT64: return static_cast<long>(v->data.int64);
+    case PMIX_INT: return v->data.integer;
+    case PMIX_UINT: return static_cast<long>(v->data.uint);
+    case PMIX_SIZE: return static_cast<long>(v->data.size);
+    default: return std::nullopt;
+  }
+}
+
+std::optional<long> get_number(const pmix_proc_t& proc, const char* key) {
+  pmix_value_t* val = nullptr;
+  if (PMIx_Get(&proc, key, nullptr, 0, &val) != PMIX_SUCCESS || val == nullptr) return std::nullopt;
+  auto n = value_to_long(val);
+  PMIX_VALUE_RELEASE(val);
+  return n;
+}
+
+std::optional<std::string> get_string(const pmix_proc_t& proc, const char* key) {
+  pmix_value_t* val = nullptr;
+  if (PMIx_Get(&proc, key, nullptr, 0, &val) != PMIX_SUCCESS || val == nullptr) return std::nullopt;
+  std::optional<std::string> s;
+  if (val->type == PMIX_STRING && val->data.string != nullptr) s = val->data.string;
+  PMIX_VALUE_RELEASE(val);
+  return s;
+}
+
+bool is_failure_code(pmix_status_t st) {
+  switch (st) {
+    case PMIX_ERR_PROC_ABORTED:
+    case PMIX_ERR_PROC_ABORTING:
+    case PMIX_PROC_TERMINATED:
+    case PMIX_ERR_PROC_TERM_WO_SYNC:
+    case PMIX_ERR_PROC_ABORTED_BY_SIG:
+    case PMIX_ERR_PROC_KILLED_BY_CMD:
+    case PMIX_ERR_PROC_REQUESTED_ABORT:
+    case PMIX_ERR_PROC_FAILED_TO_START:
+    case PMIX_ERR_PROC_SENSOR_BOUND_EXCEEDED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Runs on PMIx's progress thread: it only records and returns.
+void on_event(size_t, pmix_status_t status, const pmix_proc_t*, pmix_info_t info[], size_t ninfo,
+              pmix_info_t*, size_t, pmix_event_notification_cbfunc_fn_t cbfunc, void* cbdata) {
+  PeerTable* peers = g_event_peers.load();
+  std::vector<int> ranks;
+  std::optional<long> exit_code;
+  std::string text, host, kind;
+  for (size_t i = 0; i < ninfo; ++i) {
+    const pmix_info_t& in = info[i];
+    if (PMIX_CHECK_KEY(&in, PMIX_EVENT_AFFECTED_PROC) && in.value.type == PMIX_PROC &&
+        in.value.data.proc != nullptr) {
+      if (PMIX_CHECK_NSPACE(in.value.data.proc->nspace, g_nspace))
+        ranks.push_back(static_cast<int>(in.value.data.proc->rank));
+    } else if (PMIX_CHECK_KEY(&in, PMIX_EVENT_AFFECTED_PROCS) && in.value.type == PMIX_DATA_ARRAY &&
+               in.value.data.darray != nullptr && in.value.data.darray->type == PMIX_PROC) {
+      auto* procs = static_cast<pmix_proc_t*>(in.value.data.darray->array);
+      for (size_t k = 0; k < in.value.data.darray->size; ++k)
+        if (PMIX_CHECK_NSPACE(procs[k].nspace, g_nspace)) ranks.push_back(static_cast<int>(procs[k].rank));
+    } else if (PMIX_CHECK_KEY(&in, PMIX_EXIT_CODE)) {
+      exit_code = value_to_long(&in.value);
+    } else if (PMIX_CHECK_KEY(&in, PMIX_EVENT_TEXT_MESSAGE) && in.value.type == PMIX_STRING &&
+               in.value.data.string != nullptr) {
+      text = in.value.data.string;
+    } else if (PMIX_CHECK_KEY(&in, "accrun.failure.kind") && in.value.type == PMIX_STRING &&
+               in.value.data.string != nullptr) {
+      kind = in.value.data.string;
+    } else if (PMIX_CHECK_KEY(&in, PMIX_HOSTNAME) && in.value.type == PMIX_STRING &&
+               in.value.data.string != nullptr) {
+      host = in.value.data.string;
+    }
+  }
+  // Custom codes below PMIX_EXTERNAL_ERR_BASE are failure notices of some
+  // other launcher; they too name the affected rank.
+  if (peers != nullptr && !ranks.empty() && (is_failure_code(status) || status <= PMIX_EXTERNAL_ERR_BASE)) {
+    std::string how;
+    // accrun's daemon says which kind of failure it was (accrun(7), Failure events).
+    if (kind == "exit" && exit_code)
+      how = "exited with status " + std::to_string(*exit_code);
+    else if (kind == "signal" && exit_code)
+      how = "was killed by signal " + std::to_string(*exit_code - 128);
+    else if (kind == "abort")
+      how = "aborted" + (exit_code ? " with status " + std::to_string(*exit_code) : std::string());
+    else if (kind == "no-finalize" || status == PMIX_ERR_PROC_TERM_WO_SYNC)
+      how = "exited without finalizing";
+    else if (status == PMIX_PROC_TERMINATED)
+      how = exit_code ? "exited with status " + std::to_string(*exit_code) : "terminated";
+    else if (status == PMIX_ERR_PROC_ABORTED || status == PMIX_ERR_PROC_REQUESTED_ABORT ||
+             status == PMIX_ERR_PROC_ABORTING)
+      how = exit_code ? "aborted with status " + std::to_string(*exit_code) : "aborted";
+    else if (status == PMIX_ERR_PROC_ABORTED_BY_SIG)
+      how = "was killed by a signal";
+    else
+      how = std::string("failed (") + PMIx_Error_string(status) + ")" + (text.empty() ? "" : ": " + text);
+    for (int r : ranks) peers->report_failure(r, how, host);
+  }
+  if (cbfunc != nullptr) cbfunc(PMIX_SUCCESS, nullptr, 0, nullptr, nullptr, cbdata);
+}
+
+class PmixDirectory final : public Directory {
+ public:
+  Status publish(const std::string& key, const std::string& value) override {
+    ACCRUN_RETURN_IF_ERROR(check(key));
+    pmix_info_t info;
+    PMIX_INFO_LOAD(&info, key.c_str(), value.c_str(), PMIX_STRING);
+    pmix_status_t rc = PMIx_Publish(&info, 1);
+    PMIX_INFO_DESTRUCT(&info);
+    if (rc == PMIX_SUCCESS) return Status::ok();
+    if (rc == PMIX_ERR_DUPLICATE_KEY || rc == PMIX_EXISTS)
+      return invalid_usage("key '" + key + "' exists");
+    return Status(Code::kSystem, "PMIx_Publish(" + key + "): " + PMIx_Error_string(rc));
+  }
+
+  Result<std::string> lookup(const std::string& key, int timeout_ms) override {
+    ACCRUN_RETURN_IF_ERROR(check(key));
+    const auto start = Clock::now();
+    auto backoff = std::chrono::microseconds(100);
+    for (;;) {
+      auto v = lookup_once(key, 0);
+      if (v || v.status().code() != Code::kNotFound) return v;
+      auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+      if (timeout_ms == 0) return v;
+      if (timeout_ms > 0 && elapsed >= timeout_ms)
+        return timeout_error("key '" + key + "' not published within " + std::to_string(timeout_ms) + " ms");
+      long left = timeout_ms < 0 ? 1L << 30 : timeout_ms - elapsed;
+      // Poll briefly (peers usually arrive within milliseconds), then let
+      // the server hold the request (PMIX_WAIT) in one-second slices.
+      if (elapsed >= 200 && left >= 1000) {
+        auto w = lookup_once(key, 1);
+        if (w || w.status().code() != Code::kNotFound) return w;
+      }
+      std::this_thread::sleep_for(std::min<std::chrono::microseconds>(
+          backoff, std::chrono::milliseconds(std::max<long>(left, 1))));
+      backoff = std::min<std::chrono::microseconds>(backoff * 2, std::chrono::milliseconds(20));
+    }
+  }
+
+  Status unpublish(const std::string& key) override {
+    ACCRUN_RETURN_IF_ERROR(check(key));
+    char* keys[2] = {const_cast<char*>(key.c_str()), nullptr};
+    pmix_status_t rc = PMIx_Unpublish(keys, nullptr, 0);
+    if (rc == PMIX_SUCCESS) return Status::ok();
+    if (rc == PMIX_ERR_NOT_FOUND) return not_found("key '" + key + "' is not published");
+    return Status(Code::kSystem, "PMIx_Unpublish(" + key + "): " + PMIx_Error_string(rc));
+  }
+
+ private:
+  static Status check(const std::string& key) {
+    if (key.size() > PMIX_MAX_KEYLEN)
+      return invalid_argument("name too long for the PMIx directory (" + std::to_string(key.size()) +
+                              " > " + std::to_string(PMIX_MAX_KEYLEN) + " bytes with accrun's prefix)");
+    return Status::ok();
+  }
+
+  // wait_s > 0: the server holds the request up to that many seconds.
+  static Result<std::string> lookup_once(const std::string& key, int wait_s) {
+    pmix_pdata_t pd;
+    PMIX_PDATA_CONSTRUCT(&pd);
+    PMIX_LOAD_KEY(pd.key, key.c_str());
+    pmix_info_t info[2];
+    size_t ninfo = 0;
+    if (wait_s > 0) {
+      int all = 0, secs = wait_s;
+      PMIX_INFO_LOAD(&info[0], PMIX_WAIT, &all, PMIX_INT);
+      PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &secs, PMIX_INT);
+      ninfo = 2;
+    }
+    pmix_status_t rc = PMIx_Lookup(&pd, 1, ninfo ? info : nullptr, ninfo);
+    for (size_t i = 0; i < ninfo; ++i) PMIX_INFO_DESTRUCT(&info[i]);
+    Result<std::string> out = not_found("key '" + key + "' is not published");
+    if (rc == PMIX_SUCCESS && pd.value.type == PMIX_STRING && pd.value.data.string != nullptr)
+      out = std::string(pd.value.data.string);
+    else if (rc != PMIX_SUCCESS && rc != PMIX_ERR_NOT_FOUND && rc != PMIX_ERR_TIMEOUT)
+      out = Status(Code::kSystem, "PMIx_Lookup(" + key + "): " + PMIx_Error_string(rc));
+    PMIX_PDATA_DESTRUCT(&pd);
+    return out;
+  }
+};
+
+}  // namespace
+
+Result<std::unique_ptr<PmixClient>> PmixClient::init(PeerTable* peers) {
+  pmix_proc_t me;
+  PMIX_PROC_CONSTRUCT(&me);
+  pmix_status_t rc = PMIx_Init(&me, nullptr, 0);
+  if (rc != PMIX_SUCCESS)
+    return Status(Code::kSystem, std::string("PMIx_Init: ") + PMIx_Error_string(rc) +
+                                     " (PMIX_NAMESPACE is set but the launcher's PMIx server is unreachable)");
+  std::unique_ptr<PmixClient> c(new PmixClient());
+  std::memcpy(g_nspace, me.nspace, sizeof g_nspace);
+  pmix_proc_t job;
+  PMIX_LOAD_PROCID(&job, me.nspace, PMIX_RANK_WILDCARD);
+  c->facts_.rank = static_cast<int>(me.rank);
+  c->facts_.size = static_cast<int>(get_number(job, PMIX_JOB_SIZE).value_or(-1));
+  c->facts_.local_rank = static_cast<int>(get_number(me, PMIX_LOCAL_RANK).value_or(-1));
+  c->facts_.local_size = static_cast<int>(get_number(job, PMIX_LOCAL_SIZE).value_or(-1));
+  c->facts_.node_id = static_cast<int>(get_number(me, PMIX_NODEID).value_or(-1));
+  c->facts_.host = get_string(me, PMIX_HOSTNAME).value_or("");
+  c->directory_ = std::make_unique<PmixDirectory>();
+
+  g_event_peers.store(peers);
+  pmix_info_t hinfo;
+  PMIX_INFO_LOAD(&hinfo, PMIX_EVENT_HDLR_NAME, "libaccrun-peer-failures", PMIX_STRING);
+  rc = PMIx_Register_event_handler(nullptr, 0, &hinfo, 1, on_event, nullptr, nullptr);
+  PMIX_INFO_DESTRUCT(&hinfo);
+  if (rc < 0) {
+    log(LogLevel::kWarn, "cannot register for PMIx failure events (%s); dead peers are found by pid only",
+        PMIx_Error_string(rc));
+  } else {
+    c->handler_ref_ = rc;
+  }
+  return c;
+}
+
+PmixClient::~PmixClient() {
+  if (handler_ref_ >= 0) PMIx_Deregister_event_handler(static_cast<size_t>(handler_ref_), nullptr, nullptr);
+  g_event_peers.store(nullptr);
+  directory_.reset();
+  PMIx_Finalize(nullptr, 0);
+}
+
+}  // namespace accrun::runtime

@@ -1,0 +1,225 @@
+// Store backend collectives, in process: every op × dtype × in-place and
+// out-of-place × world sizes 1, 2, 3, 4, 8, with inputs whose result is
+// exactly known.  Counts cover the one-round path (1, 7, 1000 elements), the
+// reduce-scatter + allgather path (6000) and, separately, messages of 4 MiB and more.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "store_harness.hpp"
+
+namespace accrun::collectives::testing {
+namespace {
+
+constexpr std::size_t kCounts[] = {1, 7, 1000, 6000};
+
+std::string what(const char* coll, DType dt, Op op, std::size_t count, bool in_place, int root = -1) {
+  std::string s = std::string(coll) + " " + dtype_name(dt) + " " + op_name(op) + " count " + std::to_string(count) +
+                  (in_place ? " in place" : " out of place");
+  if (root >= 0) s += " root " + std::to_string(root);
+  return s;
+}
+
+class StoreWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(StoreWorld, AllreduceEveryDtypeOpInPlaceAndNot) {
+  const int p = GetParam();
+  World w;
+  w.run(spec("allreduce", p), [&](int r, Backend& b) {
+    for (DType dt : kAllDTypes)
+      for (Op op : kAllOps)
+        for (std::size_t count : kCounts)
+          for (bool in_place : {false, true}) {
+            auto in = make_buffer(dt, count, [&](std::size_t i) { return input_value(op, dt, r, i); });
+            auto want = make_buffer(dt, count, [&](std::size_t i) { return expected_value(op, dt, p, i); });
+            std::vector<char> out(in.size(), 0x5a);
+            Status s = in_place ? b.allreduce(in.data(), in.data(), count, dt, op, nullptr)
+                                : b.allreduce(in.data(), out.data(), count, dt, op, nullptr);
+            ASSERT_TRUE(s.is_ok()) << s.message();
+            const auto& got = in_place ? in : out;
+            ASSERT_EQ(0, std::memcmp(got.data(), want.data(), count * dtype_size(dt)))
+                << "rank " << r << ": " << what("allreduce", dt, op, count, in_place);
+          }
+  });
+  EXPECT_TRUE(w.dir.entries().empty()) << "segment left behind: " << w.dir.entries().front();
+}
+
+TEST_P(StoreWorld, ReduceEveryDtypeOpRotatingRoot) {
+  const int p = GetParam();
+  World w;
+  w.run(spec("reduce", p), [&](int r, Backend& b) {
+    int root = 0;
+    for (DType dt : kAllDTypes)
+      for (Op op : kAllOps)
+        for (std::size_t count : kCounts)
+          for (bool in_place : {false, true}) {
+            root = (root + 1) % p;
+            auto in = make_buffer(dt, count, [&](std::size_t i) { return input_value(op, dt, r, i); });
+            auto want = make_buffer(dt, count, [&](std::size_t i) { return expected_value(op, dt, p, i); });
+            std::vector<char> out(in.size(), 0x5a);
+            const std::vector<char> untouched = out;
+            Status s = in_place && r == root ? b.reduce(in.data(), in.data(), count, dt, op, root, nullptr)
+                                             : b.reduce(in.data(), out.data(), count, dt, op, root, nullptr);
+            ASSERT_TRUE(s.is_ok()) << s.message();
+            if (r == root) {
+              const auto& got = in_place ? in : out;
+              ASSERT_EQ(0, std::memcmp(got.data(), want.data(), count * dtype_size(dt)))
+                  << what("reduce", dt, op, count, in_place, root);
+            } else {
+              ASSERT_EQ(out, untouched) << "a non-root's receive buffer was written";
+            }
+          }
+  });
+}
+
+TEST_P(StoreWorld, ReduceAndBroadcastFromEachRoot) {
+  const int p = GetParam();
+  World w;
+  w.run(spec("roots", p), [&](int r, Backend& b) {
+    for (int root = 0; root < p; ++root)
+      for (DType dt : kAllDTypes)
+        for (std::size_t count : {std::size_t{3}, std::size_t{6000}}) {
+          auto in = make_buffer(dt, count, [&](std::size_t i) { return input_value(Op::kSum, dt, r, i); });
+          auto want = make_buffer(dt, count, [&](std::size_t i) { return expected_value(Op::kSum, dt, p, i); });
+          std::vector<char> out(in.size());
+          ASSERT_TRUE(b.reduce(in.data(), out.data(), count, dt, Op::kSum, root, nullptr).is_ok());
+          if (r == root) {
+            ASSERT_EQ(0, std::memcmp(out.data(), want.data(), count * dtype_size(dt)));
+          }
+          // Broadcast: the root's values (its rank) replace everyone's.
+          auto buf = make_buffer(dt, count, [&](std::size_t i) { return double((r == root ? root : 100) + i % 7); });
+          auto bwant = make_buffer(dt, count, [&](std::size_t i) { return double(root + i % 7); });
+          ASSERT_TRUE(b.broadcast(buf.data(), count, dt, root, nullptr).is_ok());
+          ASSERT_EQ(0, std::memcmp(buf.data(), bwant.data(), count * dtype_size(dt)))
+              << "broadcast " << dtype_name(dt) << " count " << count << " root " << root << " at rank " << r;
+        }
+  });
+}
+
+TEST_P(StoreWorld, AllgatherEveryDtypeInPlaceAndNot) {
+  const int p = GetParam();
+  World w;
+  w.run(spec("allgather", p), [&](int r, Backend& b) {
+    for (DType dt : kAllDTypes)
+      for (std::size_t count : kCounts)
+        for (bool in_place : {false, true}) {
+          const std::size_t ds = dtype_size(dt);
+          auto part = [&](int q, std::size_t i) { return double((q * 13 + static_cast<long>(i % 61)) % 100); };
+          auto want = make_buffer(dt, count * p, [&](std::size_t j) { return part(int(j / count), j % count); });
+          auto mine = make_buffer(dt, count, [&](std::size_t i) { return part(r, i); });
+          std::vector<char> out(count * p * ds + 1, 0x5a);
+          Status s;
+          if (in_place) {
+            std::memcpy(out.data() + r * count * ds, mine.data(), count * ds);
+            s = b.allgather(out.data(), out.data(), count, dt, nullptr);
+          } else {
+            s = b.allgather(mine.data(), out.data(), count, dt, nullptr);
+          }
+          ASSERT_TRUE(s.is_ok()) << s.message();
+          ASSERT_EQ(0, std::memcmp(out.data(), want.data(), count * p * ds))
+              << "rank " << r << ": " << what("allgather", dt, Op::kSum, count, in_place);
+        }
+  });
+}
+
+TEST_P(StoreWorld, ReducescatterEveryDtypeOpInPlaceAndNot) {
+  const int p = GetParam();
+  World w;
+  w.run(spec("reducescatter", p), [&](int r, Backend& b) {
+    for (DType dt : kAllDTypes)
+      for (Op op : kAllOps)
+        for (std::size_t count : {std::size_t{1}, std::size_t{100}, std::size_t{3000}})
+          for (bool in_place : {false, true}) {
+            const std::size_t ds = dtype_size(dt);
+            auto in = make_buffer(dt, count * p, [&](std::size_t j) { return input_value(op, dt, r, j); });
+            auto want = make_buffer(dt, count, [&](std::size_t i) { return expected_value(op, dt, p, r * count + i); });
+            std::vector<char> out(count * ds + 1, 0x5a);
+            Status s = in_place ? b.reducescatter(in.data(), in.data(), count, dt, op, nullptr)
+                                : b.reducescatter(in.data(), out.data(), count, dt, op, nullptr);
+            ASSERT_TRUE(s.is_ok()) << s.message();
+            const auto& got = in_place ? in : out;
+            ASSERT_EQ(0, std::memcmp(got.data(), want.data(), count * ds))
+                << "rank " << r << ": " << what("reducescatter", dt, op, count, in_place);
+          }
+  });
+}
+
+TEST_P(StoreWorld, BarrierOrdersEveryRank) {
+  const int p = GetParam();
+  World w;
+  std::atomic<int> arrived{0};
+  w.run(spec("barrier", p), [&](int, Backend& b) {
+    for (int round = 1; round <= 50; ++round) {
+      arrived.fetch_add(1);
+      ASSERT_TRUE(b.barrier().is_ok());
+      // Nobody leaves barrier `round` before all p ranks entered it.
+      ASSERT_GE(arrived.load(), round * p);
+      ASSERT_TRUE(b.barrier().is_ok());
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, StoreWorld, ::testing::Values(1, 2, 3, 4, 8),
+                         [](const auto& info) { return "ranks" + std::to_string(info.param); });
+
+// 4 MiB and more: allreduce, broadcast and allgather across many chunks.
+TEST(StoreLarge, FourMiBAndMore) {
+  for (int p : {2, 4}) {
+    World w;
+    w.run(spec("large", p), [&](int r, Backend& b) {
+      const std::size_t count = (4u << 20) / 4 + 123;  // a little over 4 MiB of float32
+      auto in = make_buffer(DType::kFloat32, count, [&](std::size_t i) { return input_value(Op::kSum, DType::kFloat32, r, i); });
+      auto want = make_buffer(DType::kFloat32, count, [&](std::size_t i) { return expected_value(Op::kSum, DType::kFloat32, p, i); });
+      std::vector<char> out(in.size());
+      ASSERT_TRUE(b.allreduce(in.data(), out.data(), count, DType::kFloat32, Op::kSum, nullptr).is_ok());
+      ASSERT_EQ(0, std::memcmp(out.data(), want.data(), count * 4));
+      std::vector<std::uint8_t> bc(5u << 20, static_cast<std::uint8_t>(r));
+      ASSERT_TRUE(b.broadcast(bc.data(), bc.size(), DType::kUInt8, p - 1, nullptr).is_ok());
+      ASSERT_EQ(std::vector<std::uint8_t>(bc.size(), static_cast<std::uint8_t>(p - 1)), bc);
+      std::vector<std::int64_t> part(1u << 19, r), all(part.size() * p);
+      ASSERT_TRUE(b.allgather(part.data(), all.data(), part.size(), DType::kInt64, nullptr).is_ok());
+      for (int q = 0; q < p; ++q) ASSERT_EQ(all[q * part.size() + 77], q);
+    });
+  }
+}
+
+TEST(StoreGroups, ManyConcurrentGroupsAndThreads) {
+  // Four "processes" (job ranks 0-3); each belongs to three groups and drives
+  // each group from its own thread, all at once.
+  World w;
+  struct G { std::string name; std::vector<int> job_ranks; };
+  const std::vector<G> groups = {{"all", {0, 1, 2, 3}}, {"low", {0, 1}}, {"high", {2, 3}},
+                                 {"odd", {1, 3}},       {"even", {0, 2}}, {"trio", {3, 1, 0}}};
+  std::vector<std::thread> threads;
+  for (const G& g : groups) {
+    threads.emplace_back([&w, g] {
+      GroupSpec gs = spec(g.name, int(g.job_ranks.size()), 20000, g.job_ranks);
+      w.run(gs, [&](int r, Backend& b) {
+        for (int it = 0; it < 200; ++it) {
+          std::int64_t v = g.job_ranks[r] + it, sum = 0;
+          ASSERT_TRUE(b.allreduce(&v, &sum, 1, DType::kInt64, Op::kSum, nullptr).is_ok());
+          std::int64_t want = 0;
+          for (int j : g.job_ranks) want += j + it;
+          ASSERT_EQ(want, sum) << g.name;
+        }
+      });
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(w.dir.entries().empty());
+}
+
+TEST(StoreGroups, RecreatedNameGetsAFreshSegment) {
+  World w;
+  for (std::uint64_t epoch = 1; epoch <= 3; ++epoch) {
+    w.run(spec("again", 3, 20000, {}, epoch), [&](int r, Backend& b) {
+      int v = r * static_cast<int>(epoch), out = 0;
+      ASSERT_TRUE(b.allreduce(&v, &out, 1, DType::kInt32, Op::kSum, nullptr).is_ok());
+      ASSERT_EQ(out, 3 * static_cast<int>(epoch));
+    });
+    EXPECT_TRUE(w.dir.entries().empty());
+  }
+}
+
+}  // namespace
+}  // namespace accrun::collectives::testing

@@ -1,0 +1,126 @@
+/* A PMIx client for the launcher tests: checks what accrun's PMIx server
+ * tells it (rank, size, local rank), exchanges data through put/commit/
+ * fence/get, and exercises the job's name directory (publish is
+ * create-if-absent, lookup waits, lookup times out).  Prints one "OK" line
+ * and exits 0, or prints what failed and exits 1. */
+#include <pmix.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CHECK(cond, ...)                            \
+  do {                                              \
+    if (!(cond)) {                                  \
+      fprintf(stderr, "pmix_client: " __VA_ARGS__); \
+      fputc('\n', stderr);                          \
+      PMIx_Finalize(NULL, 0);                       \
+      return 1;                                     \
+    }                                               \
+  } while (0)
+
+int main(int argc, char** argv) {
+  pmix_proc_t me;
+  pmix_status_t rc = PMIx_Init(&me, NULL, 0);
+  if (rc != PMIX_SUCCESS) {
+    fprintf(stderr, "pmix_client: PMIx_Init: %s\n", PMIx_Error_string(rc));
+    return 1;
+  }
+  /* argv[1] "quit=R": rank R leaves without PMIx_Finalize, status 0 */
+  if (argc > 1 && strncmp(argv[1], "quit=", 5) == 0 && (unsigned)atoi(argv[1] + 5) == me.rank) _exit(0);
+  if (argc > 1 && strncmp(argv[1], "quit=", 5) == 0) {
+    sleep(30); /* the survivors are terminated by accrun */
+    return 0;
+  }
+  pmix_proc_t wild;
+  PMIX_LOAD_PROCID(&wild, me.nspace, PMIX_RANK_WILDCARD);
+  pmix_value_t* val = NULL;
+  rc = PMIx_Get(&wild, PMIX_JOB_SIZE, NULL, 0, &val);
+  CHECK(rc == PMIX_SUCCESS, "get job size: %s", PMIx_Error_string(rc));
+  unsigned size = val->data.uint32;
+  PMIX_VALUE_RELEASE(val);
+  rc = PMIx_Get(&me, PMIX_LOCAL_RANK, NULL, 0, &val);
+  CHECK(rc == PMIX_SUCCESS, "get local rank: %s", PMIx_Error_string(rc));
+  unsigned local_rank = val->data.uint16;
+  PMIX_VALUE_RELEASE(val);
+  rc = PMIx_Get(&wild, PMIX_LOCAL_SIZE, NULL, 0, &val);
+  CHECK(rc == PMIX_SUCCESS, "get local size: %s", PMIx_Error_string(rc));
+  unsigned local_size = val->data.uint32;
+  PMIX_VALUE_RELEASE(val);
+  const char* env_rank = getenv("ACCRUN_RANK");
+  CHECK(env_rank && (unsigned)atoi(env_rank) == me.rank, "ACCRUN_RANK %s != PMIx rank %u",
+        env_rank ? env_rank : "(unset)", me.rank);
+
+  /* put / commit / fence with data / get from every rank */
+  char key[] = "accrun.test.value";
+  pmix_value_t mine;
+  PMIX_VALUE_CONSTRUCT(&mine);
+  mine.type = PMIX_UINT32;
+  mine.data.uint32 = 1000 + me.rank;
+  rc = PMIx_Put(PMIX_GLOBAL, key, &mine);
+  CHECK(rc == PMIX_SUCCESS, "put: %s", PMIx_Error_string(rc));
+  CHECK(PMIx_Commit() == PMIX_SUCCESS, "commit");
+  pmix_info_t collect;
+  bool yes = true;
+  PMIX_INFO_LOAD(&collect, PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
+  rc = PMIx_Fence(&wild, 1, &collect, 1);
+  CHECK(rc == PMIX_SUCCESS, "fence: %s", PMIx_Error_string(rc));
+  for (unsigned r = 0; r < size; ++r) {
+    pmix_proc_t p;
+    PMIX_LOAD_PROCID(&p, me.nspace, r);
+    rc = PMIx_Get(&p, key, NULL, 0, &val);
+    CHECK(rc == PMIX_SUCCESS, "get from rank %u: %s", r, PMIx_Error_string(rc));
+    CHECK(val->data.uint32 == 1000 + r, "rank %u's value is %u", r, val->data.uint32);
+    PMIX_VALUE_RELEASE(val);
+  }
+
+  /* publish is create-if-absent: exactly one rank wins "accrun.test.claim" */
+  pmix_info_t pub;
+  unsigned claim = me.rank;
+  PMIX_INFO_LOAD(&pub, "accrun.test.claim", &claim, PMIX_UINT32);
+  pmix_status_t prc = PMIx_Publish(&pub, 1);
+  CHECK(prc == PMIX_SUCCESS || prc == PMIX_ERR_DUPLICATE_KEY, "publish claim: %s", PMIx_Error_string(prc));
+  int won = prc == PMIX_SUCCESS;
+
+  /* lookup with PMIX_WAIT: the last rank publishes late */
+  if (me.rank == size - 1) {
+    usleep(200 * 1000);
+    pmix_info_t late;
+    PMIX_INFO_LOAD(&late, "accrun.test.late", "from-last", PMIX_STRING);
+    rc = PMIx_Publish(&late, 1);
+    CHECK(rc == PMIX_SUCCESS, "publish late: %s", PMIx_Error_string(rc));
+  }
+  pmix_pdata_t pd[2];
+  PMIX_PDATA_CONSTRUCT(&pd[0]);
+  PMIX_PDATA_CONSTRUCT(&pd[1]);
+  PMIX_LOAD_KEY(pd[0].key, "accrun.test.late");
+  PMIX_LOAD_KEY(pd[1].key, "accrun.test.claim");
+  pmix_info_t wait[2];
+  int zero = 0, ten = 10;
+  PMIX_INFO_LOAD(&wait[0], PMIX_WAIT, &zero, PMIX_INT);
+  PMIX_INFO_LOAD(&wait[1], PMIX_TIMEOUT, &ten, PMIX_INT);
+  rc = PMIx_Lookup(pd, 2, wait, 2);
+  CHECK(rc == PMIX_SUCCESS, "lookup with wait: %s", PMIx_Error_string(rc));
+  CHECK(pd[0].value.type == PMIX_STRING && strcmp(pd[0].value.data.string, "from-last") == 0, "late value");
+  CHECK(pd[0].proc.rank == size - 1, "late publisher %u", pd[0].proc.rank);
+  unsigned winner = pd[1].value.data.uint32;
+  CHECK(won == (winner == me.rank), "claim: won=%d but directory says rank %u", won, winner);
+
+  /* a lookup that waits for a key nobody publishes times out */
+  pmix_pdata_t never;
+  PMIX_PDATA_CONSTRUCT(&never);
+  PMIX_LOAD_KEY(never.key, "accrun.test.never");
+  int one = 1;
+  PMIX_INFO_LOAD(&wait[1], PMIX_TIMEOUT, &one, PMIX_INT);
+  rc = PMIx_Lookup(&never, 1, wait, 2);
+  CHECK(rc == PMIX_ERR_TIMEOUT, "lookup of a missing key: %s (want timeout)", PMIx_Error_string(rc));
+
+  /* every rank is past its checks before anyone finalizes */
+  rc = PMIx_Fence(&wild, 1, NULL, 0);
+  CHECK(rc == PMIX_SUCCESS, "fence 2: %s", PMIx_Error_string(rc));
+  printf("OK rank=%u size=%u local_rank=%u local_size=%u claim=%s\n", me.rank, size, local_rank,
+         local_size, won ? "won" : "lost");
+  fflush(stdout);
+  PMIx_Finalize(NULL, 0);
+  return 0;
+}

@@ -1,0 +1,506 @@
+// accrun on one host with real processes: the ranks' environment, the PMIx
+// server, Open MPI without mpirun, exit statuses, signals, the janitor and
+// output integrity (accrun(1) EXECUTION OPTIONS and EXIT STATUS, accrun(7)).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A running accrun with its stdout and stderr captured.
+class Proc {
+ public:
+  // env: NAME=value to add or override; "NAME" alone removes it.
+  Proc(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+       const std::string* input = nullptr) {
+    int out[2], err[2], in[2];
+    EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
+    EXPECT_EQ(pipe2(err, O_CLOEXEC), 0);
+    EXPECT_EQ(pipe2(in, O_CLOEXEC), 0);
+    std::map<std::string, std::string> e;
+    for (char** p = environ; *p; ++p) {
+      const char* eq = std::strchr(*p, '=');
+      if (eq) e[std::string(*p, static_cast<size_t>(eq - *p))] = eq + 1;
+    }
+    for (const auto& kv : env) {
+      auto eq = kv.find('=');
+      if (eq == std::string::npos) e.erase(kv);
+      else e[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    std::vector<std::string> es;
+    for (auto& [k, v] : e) es.push_back(k + "=" + v);
+    std::vector<char*> envp, argv;
+    for (auto& s : es) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> a = args;
+    a.insert(a.begin(), ACCRUN_EXE);
+    for (auto& s : a) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      dup2(err[1], 2);
+      execve(ACCRUN_EXE, argv.data(), envp.data());
+      _exit(99);
+    }
+    close(out[1]);
+    close(err[1]);
+    close(in[0]);
+    out_fd_ = out[0];
+    err_fd_ = err[0];
+    if (input) {
+      size_t off = 0;
+      while (off < input->size()) {
+        ssize_t w = write(in[1], input->data() + off, input->size() - off);
+        if (w <= 0) break;
+        off += static_cast<size_t>(w);
+      }
+    }
+    close(in[1]);
+  }
+  ~Proc() {
+    if (pid_ > 0 && status_ < 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (out_fd_ >= 0) close(out_fd_);
+    if (err_fd_ >= 0) close(err_fd_);
+  }
+  pid_t pid() const { return pid_; }
+  const std::string& out() const { return out_; }
+  const std::string& err() const { return err_; }
+
+  // Reads output until `done(out)` holds or the deadline passes.
+  bool read_until(const std::function<bool(const std::string&)>& done, double seconds) {
+    auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+    while (!done(out_)) {
+      if (Clock::now() >= deadline) return false;
+      if (!pump(50)) {
+        if (out_fd_ < 0 && err_fd_ < 0) return done(out_);
+      }
+    }
+    return true;
+  }
+  // Waits (bounded) for accrun to exit; returns its status (128+sig if killed).
+  int wait(double seconds = 30) {
+    auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+    while (out_fd_ >= 0 || err_fd_ >= 0) {
+      if (Clock::now() >= deadline) break;
+      pump(100);
+    }
+    while (status_ < 0) {
+      int st = 0;
+      pid_t r = waitpid(pid_, &st, WNOHANG);
+      if (r == pid_) {
+        status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        break;
+      }
+      if (Clock::now() >= deadline) {
+        ADD_FAILURE() << "accrun did not exit within " << seconds << " s; stderr:\n" << err_;
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+        status_ = 999;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return status_;
+  }
+
+ private:
+  bool pump(int ms) {
+    pollfd p[2];
+    int n = 0;
+    if (out_fd_ >= 0) p[n++] = {out_fd_, POLLIN, 0};
+    if (err_fd_ >= 0) p[n++] = {err_fd_, POLLIN, 0};
+    if (n == 0) return false;
+    if (poll(p, n, ms) <= 0) return true;
+    for (int i = 0; i < n; ++i) {
+      if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[65536];
+      ssize_t r = read(p[i].fd, buf, sizeof buf);
+      bool is_out = p[i].fd == out_fd_;
+      if (r > 0) {
+        (is_out ? out_ : err_).append(buf, static_cast<size_t>(r));
+      } else {
+        close(p[i].fd);
+        (is_out ? out_fd_ : err_fd_) = -1;
+      }
+    }
+    return true;
+  }
+
+  pid_t pid_ = -1;
+  int out_fd_ = -1, err_fd_ = -1;
+  int status_ = -1;
+  std::string out_, err_;
+};
+
+struct RunResult {
+  int status;
+  std::string out, err;
+};
+
+RunResult run(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+        double seconds = 30, const std::string* input = nullptr) {
+  Proc p(args, env, input);
+  int st = p.wait(seconds);
+  return {st, p.out(), p.err()};
+}
+
+std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+
+// Whether `pid` is alive (a zombie counts as dead: it cannot run).
+bool alive(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(f, stat)) return false;
+  auto rp = stat.rfind(')');
+  return rp != std::string::npos && rp + 2 < stat.size() && stat[rp + 2] != 'Z' && stat[rp + 2] != 'X';
+}
+
+std::string tmpdir() {
+  const char* t = std::getenv("TMPDIR");
+  return t && *t ? t : "/tmp";
+}
+
+// The job's directories, from a job id a rank printed.
+void expect_no_job_dirs(const std::string& jobid) {
+  ASSERT_FALSE(jobid.empty());
+  std::string uid = std::to_string(getuid());
+  EXPECT_FALSE(exists("/dev/shm/accrun." + uid + "." + jobid)) << jobid;
+  EXPECT_FALSE(exists(tmpdir() + "/accrun." + uid + "." + jobid)) << jobid;
+}
+
+std::string first_match(const std::string& s, const std::string& re) {
+  std::smatch m;
+  if (std::regex_search(s, m, std::regex(re)) && m.size() > 1) return m[1];
+  return "";
+}
+
+// ------------------------------------------------------------ environment
+
+class EnvContract : public ::testing::TestWithParam<int> {};
+
+TEST_P(EnvContract, EveryRankGetsTheContract) {
+  int n = GetParam();
+  RunResult r = run({"-n", std::to_string(n), "sh", "-c",
+               "echo \"R=$ACCRUN_RANK S=$ACCRUN_SIZE L=$ACCRUN_LOCAL_RANK LS=$ACCRUN_LOCAL_SIZE P=$PMIX_RANK "
+               "NS=$PMIX_NAMESPACE J=$ACCRUN_JOB_ID D=$ACCRUN_SHM_DIR SCHIZO=$OMPI_MCA_schizo "
+               "VADER=$OMPI_MCA_btl_vader_backing_directory OVER=${OMPI_MCA_mpi_oversubscribe:-0} "
+               "AO=$ACCRUN_OVERSUBSCRIBED MODE=$(stat -c %a $ACCRUN_SHM_DIR)\""});
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto lines = lines_of(r.out);
+  ASSERT_EQ(static_cast<int>(lines.size()), n) << r.out;
+  std::set<int> ranks;
+  std::string jobid;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  for (const auto& l : lines) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(l, m, std::regex("^R=(\\d+) S=(\\d+) L=(\\d+) LS=(\\d+) P=(\\d+) NS=(\\S+) J=([0-9a-f]{12}) "
+                                                   "D=(\\S+) SCHIZO=\\^orte VADER=(\\S+) OVER=([01]) AO=([01]) MODE=700$")))
+        << l;
+    int rank = std::stoi(m[1]);
+    ranks.insert(rank);
+    EXPECT_EQ(std::stoi(m[2]), n);
+    EXPECT_EQ(std::stoi(m[3]), rank);  // one host: local rank = rank
+    EXPECT_EQ(std::stoi(m[4]), n);
+    EXPECT_EQ(std::stoi(m[5]), rank);  // the PMIx rank agrees
+    EXPECT_EQ(m[6].str(), "accrun." + m[7].str());
+    if (jobid.empty()) jobid = m[7];
+    EXPECT_EQ(m[7].str(), jobid);  // one job id for the whole job
+    EXPECT_EQ(m[8].str(), "/dev/shm/accrun." + std::to_string(getuid()) + "." + jobid);
+    EXPECT_EQ(m[9].str(), m[8].str() + "/ompi");
+    EXPECT_EQ(m[10].str(), n > cpus ? "1" : "0");
+  }
+  EXPECT_EQ(static_cast<int>(ranks.size()), n);
+  expect_no_job_dirs(jobid);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, EnvContract, ::testing::Values(1, 4, 32));
+
+TEST(Launcher, ExportsWdirAndInheritedLauncherVariables) {
+  std::string dir = tmpdir() + "/accrun-launcher-wdir-" + std::to_string(getpid());
+  mkdir(dir.c_str(), 0755);
+  RunResult r = run({"-n", "2", "-x", "NEWVAR=hello world", "-x", "KEEPME", "-x", "OMPI_MCA_pml=ob1", "--wdir", dir, "sh",
+               "-c", "echo \"$ACCRUN_RANK cwd=$(pwd) new=$NEWVAR keep=$KEEPME pmix=${PMIX_FOO-unset} "
+                     "ompi=${OMPI_FOO-unset} slurm=${SLURM_STEP_ID-unset} pml=$OMPI_MCA_pml plain=$PLAIN\""},
+              {"PMIX_FOO=1", "OMPI_FOO=2", "SLURM_STEP_ID=3", "KEEPME=kept", "PLAIN=yes"});
+  rmdir(dir.c_str());
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto lines = lines_of(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  for (const auto& l : lines)
+    EXPECT_NE(l.find("cwd=" + dir + " new=hello world keep=kept pmix=unset ompi=unset slurm=unset pml=ob1 plain=yes"),
+              std::string::npos)
+        << l;
+}
+
+TEST(Launcher, FractionalGpusArePackedIntoVisibleDevices) {
+  RunResult r = run({"-n", "4", "--num-gpus", "2", "--gpus-per-rank", "0.5", "sh", "-c",
+               "echo \"$ACCRUN_RANK $CUDA_VISIBLE_DEVICES $ACCRUN_GPU_IDS\""},
+              {"ACCRUN_NVML_LIBRARY=", "CUDA_VISIBLE_DEVICES"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::map<int, std::string> got;
+  for (const auto& l : lines_of(r.out)) {
+    std::istringstream in(l);
+    int rank;
+    std::string cvd, ids;
+    in >> rank >> cvd >> ids;
+    got[rank] = cvd + "/" + ids;
+  }
+  std::map<int, std::string> want{{0, "0/0"}, {1, "0/0"}, {2, "1/1"}, {3, "1/1"}};
+  EXPECT_EQ(got, want) << r.out << r.err;
+}
+
+TEST(Launcher, RanksAreBoundWhereThePlanSays) {
+  RunResult r = run({"-n", "2", "--bind-to", "core", "--report-bindings", "sh", "-c",
+               "echo \"$ACCRUN_RANK $(grep Cpus_allowed_list /proc/self/status | cut -f2)\""});
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const auto& l : lines_of(r.out)) {
+    std::istringstream in(l);
+    int rank;
+    std::string allowed;
+    in >> rank >> allowed;
+    std::string reported = first_match(r.err, "rank " + std::to_string(rank) + " on host \\S+ bound to cpus (\\S+)");
+    if (reported.empty()) {
+      EXPECT_NE(r.err.find("rank " + std::to_string(rank)), std::string::npos) << r.err;
+      continue;  // the plan left it unbound (no topology): nothing to compare
+    }
+    EXPECT_EQ(allowed, reported) << r.err;
+  }
+}
+
+// ------------------------------------------------------------- PMIx / MPI
+
+TEST(Launcher, PmixClientExchangesDataAndUsesTheNameDirectory) {
+  RunResult r = run({"-n", "4", PMIX_CLIENT_EXE});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  auto lines = lines_of(r.out);
+  ASSERT_EQ(lines.size(), 4u) << r.out;
+  int won = 0;
+  for (const auto& l : lines) {
+    EXPECT_TRUE(std::regex_search(l, std::regex("^OK rank=\\d size=4 local_rank=\\d local_size=4 claim=(won|lost)$")))
+        << l;
+    won += l.find("claim=won") != std::string::npos;
+  }
+  EXPECT_EQ(won, 1);  // publish is create-if-absent
+}
+
+TEST(Launcher, ExitWithoutFinalizeIsAFailure) {
+  auto t0 = Clock::now();
+  RunResult r = run({"-n", "3", "--kill-grace", "1", PMIX_CLIENT_EXE, "quit=1"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("rank 1 on host"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exited without finalizing"), std::string::npos) << r.err;
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(10));
+}
+
+#ifdef MPI_HELLO_EXE
+TEST(Launcher, OpenMpiProgramRunsWithoutMpirun) {
+  RunResult r = run({"-n", "4", MPI_HELLO_EXE});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  auto lines = lines_of(r.out);
+  ASSERT_EQ(lines.size(), 4u) << r.out << r.err;
+  std::set<std::string> seen;
+  for (const auto& l : lines) {
+    EXPECT_TRUE(std::regex_search(l, std::regex("^rank=\\d size=4 shared=4 sum=10 expect=10$"))) << l;
+    seen.insert(l.substr(0, 6));
+  }
+  EXPECT_EQ(seen.size(), 4u);
+}
+
+TEST(Launcher, MpiAbortCodeIsTheExitStatus) {
+  RunResult r = run({"-n", "3", MPI_HELLO_EXE, "abort=1:7"});
+  EXPECT_EQ(r.status, 7) << r.err;
+  EXPECT_NE(r.err.find("rank 1 on host"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("called abort with status 7"), std::string::npos) << r.err;
+}
+#endif
+
+TEST(Launcher, Mpi4pyOneLiner) {
+  if (system("/usr/bin/python3 -c 'import mpi4py' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "python3-mpi4py is not importable by /usr/bin/python3";
+  RunResult r = run({"-n", "3", "/usr/bin/python3", "-c",
+               "from mpi4py import MPI; c = MPI.COMM_WORLD; print(c.rank, c.size, c.allreduce(c.rank + 1))"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::set<std::string> lines;
+  for (const auto& l : lines_of(r.out)) lines.insert(l);
+  EXPECT_EQ(lines, (std::set<std::string>{"0 3 6", "1 3 6", "2 3 6"})) << r.out << r.err;
+}
+
+// ------------------------------------------------------ exit statuses
+
+TEST(Launcher, ExitStatuses) {
+  RunResult ok = run({"-n", "2", "true"});
+  EXPECT_EQ(ok.status, 0) << ok.err;
+
+  // exit(3) on rank 1; the others would sleep for 30 s and are terminated.
+  auto t0 = Clock::now();
+  RunResult three = run({"-n", "3", "sh", "-c", "echo J=$ACCRUN_JOB_ID; [ $ACCRUN_RANK = 1 ] && exit 3; exec sleep 30"});
+  EXPECT_EQ(three.status, 3) << three.err;
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_NE(three.err.find("rank 1 on host"), std::string::npos);
+  EXPECT_NE(three.err.find("exited with status 3"), std::string::npos) << three.err;
+  expect_no_job_dirs(first_match(three.out, "J=([0-9a-f]+)"));
+
+  RunResult segv = run({"-n", "2", "sh", "-c", "echo J=$ACCRUN_JOB_ID; [ $ACCRUN_RANK = 0 ] && kill -SEGV $$; exec sleep 30"});
+  EXPECT_EQ(segv.status, 139) << segv.err;
+  EXPECT_NE(segv.err.find("SIGSEGV"), std::string::npos) << segv.err;
+  expect_no_job_dirs(first_match(segv.out, "J=([0-9a-f]+)"));
+
+  RunResult missing = run({"-n", "2", "/nonexistent/program"});
+  EXPECT_EQ(missing.status, 127);
+  EXPECT_NE(missing.err.find("/nonexistent/program"), std::string::npos) << missing.err;
+  RunResult notfound = run({"-n", "2", "accrun-no-such-command"});
+  EXPECT_EQ(notfound.status, 127);
+  EXPECT_EQ(lines_of(notfound.err).size(), 1u) << notfound.err;  // one clear message
+  RunResult notexec = run({"-n", "2", "/etc/hostname"});
+  EXPECT_EQ(notexec.status, 126) << notexec.err;
+}
+
+TEST(Launcher, TimeoutEndsTheJobAndNamesTheRanks) {
+  auto t0 = Clock::now();
+  RunResult r = run({"-n", "3", "--timeout", "1", "sh", "-c", "echo J=$ACCRUN_JOB_ID; [ $ACCRUN_RANK = 2 ] && exit 0; exec sleep 30"});
+  EXPECT_EQ(r.status, 124) << r.err;
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(8));
+  EXPECT_NE(r.err.find("ranks still running: 0-1"), std::string::npos) << r.err;
+  expect_no_job_dirs(first_match(r.out, "J=([0-9a-f]+)"));
+}
+
+TEST(Launcher, OnFailureContinueLetsSurvivorsFinish) {
+  RunResult r = run({"-n", "3", "--on-failure", "continue", "sh", "-c",
+               "[ $ACCRUN_RANK = 0 ] && exit 4; sleep 0.3; echo survived $ACCRUN_RANK"});
+  EXPECT_EQ(r.status, 4) << r.err;
+  EXPECT_NE(r.out.find("survived 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("survived 2"), std::string::npos) << r.out;
+}
+
+// ------------------------------------------------------------- signals
+
+TEST(Launcher, SigintReachesEveryRank) {
+  Proc p({"-n", "3", "sh", "-c",
+          "trap 'echo INT $ACCRUN_RANK; exit 9' INT; echo ready $ACCRUN_RANK; while :; do sleep 0.05; done"});
+  ASSERT_TRUE(p.read_until([](const std::string& o) { return lines_of(o).size() >= 3; }, 10)) << p.out();
+  kill(p.pid(), SIGINT);
+  EXPECT_EQ(p.wait(10), 130) << p.err();
+  for (int r = 0; r < 3; ++r) EXPECT_NE(p.out().find("INT " + std::to_string(r)), std::string::npos) << p.out();
+}
+
+TEST(Launcher, KillNineOfAccrunLeavesNothingBehind) {
+  Proc p({"-n", "3", "sh", "-c", "sleep 60 & echo pids $$ $! $ACCRUN_SHM_DIR; wait"});
+  ASSERT_TRUE(p.read_until([](const std::string& o) { return lines_of(o).size() >= 3; }, 10)) << p.out();
+  std::vector<pid_t> pids;
+  std::string shm;
+  for (const auto& l : lines_of(p.out())) {
+    std::istringstream in(l);
+    std::string tag;
+    pid_t a, b;
+    in >> tag >> a >> b >> shm;
+    pids.push_back(a);
+    pids.push_back(b);
+  }
+  ASSERT_EQ(pids.size(), 6u);
+  ASSERT_TRUE(exists(shm));
+  kill(p.pid(), SIGKILL);
+  EXPECT_EQ(p.wait(10), 128 + SIGKILL);
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  auto left = [&] {
+    int n = 0;
+    for (pid_t pid : pids) n += alive(pid);
+    return n + (exists(shm) ? 1 : 0);
+  };
+  while (left() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (pid_t pid : pids) EXPECT_FALSE(alive(pid)) << "pid " << pid << " survived accrun's SIGKILL";
+  EXPECT_FALSE(exists(shm)) << shm;
+  std::string jobid = shm.substr(shm.rfind('.') + 1);
+  expect_no_job_dirs(jobid);
+}
+
+// ------------------------------------------------------------- output
+
+TEST(Launcher, TaggedLinesFromFourRanksStayWhole) {
+  const long kLines = 100000;
+  RunResult r = run({"-n", "4", "--tag-output", FLOOD_EXE, std::to_string(kLines), "partial"}, {}, 60);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<long> next(4, 0);
+  std::vector<int> tails(4, 0);
+  size_t bad = 0;
+  for (const auto& l : lines_of(r.out)) {
+    int tag = -1, rank = -1;
+    long i = -1;
+    char rest = 0;
+    if (std::sscanf(l.c_str(), "[%d] rank %d line %ld%c", &tag, &rank, &i, &rest) == 3 && tag == rank &&
+        tag >= 0 && tag < 4 && i == next[tag]) {
+      ++next[tag];
+    } else if (std::sscanf(l.c_str(), "[%d] rank %d tail%c", &tag, &rank, &rest) == 2 && tag == rank && tag >= 0 &&
+               tag < 4) {
+      ++tails[tag];
+    } else if (bad++ < 5) {
+      ADD_FAILURE() << "mangled line: '" << l << "'";
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_EQ(next[t], kLines) << "rank " << t;
+    EXPECT_EQ(tails[t], 1) << "rank " << t << "'s last line without a newline";
+  }
+}
+
+TEST(Launcher, OutputDirAndStdin) {
+  std::string dir = tmpdir() + "/accrun-launcher-out-" + std::to_string(getpid());
+  std::string input = "line one\nline two\n";
+  RunResult r = run({"-n", "2", "--output-dir", dir, "sh", "-c", "cat; echo err $ACCRUN_RANK >&2"}, {}, 30, &input);
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto slurp = [](const std::string& path) {
+    std::ifstream f(path);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  };
+  EXPECT_EQ(slurp(dir + "/rank.0/stdout"), input);  // stdin goes to rank 0 by default
+  EXPECT_EQ(slurp(dir + "/rank.1/stdout"), "");
+  EXPECT_EQ(slurp(dir + "/rank.1/stderr"), "err 1\n");
+  if (std::system(("rm -rf '" + dir + "'").c_str()) != 0) ADD_FAILURE() << "rm " << dir;
+
+  RunResult all = run({"-n", "3", "--stdin", "all", "--tag-output", "cat"}, {}, 30, &input);
+  ASSERT_EQ(all.status, 0) << all.err;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::string t = "[" + std::to_string(rank) + "] ";
+    EXPECT_NE(all.out.find(t + "line one\n"), std::string::npos) << all.out;
+    EXPECT_NE(all.out.find(t + "line two\n"), std::string::npos) << all.out;
+  }
+}
+
+}  // namespace

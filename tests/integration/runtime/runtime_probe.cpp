@@ -1,0 +1,209 @@
+// runtime_probe — one rank of a libaccrun integration test, started by
+// test_runtime_integration under a real `accrun`.  argv[1] picks the
+// scenario; every check prints "FAIL ..." and the rank exits 1, and a rank
+// that passes prints "OK <scenario>".
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "accrun/accrun.h"
+
+namespace {
+
+int g_rank = -1;
+
+[[noreturn]] void die(const std::string& what) {
+  std::printf("FAIL rank %d: %s\n", g_rank, what.c_str());
+  std::fflush(stdout);
+  std::exit(1);
+}
+
+void ok(int rc, const char* call) {
+  if (rc != ACCRUN_SUCCESS) die(std::string(call) + ": " + accrun_strerror(rc) + ": " + accrun_last_error());
+}
+#define OK(call) ok((call), #call)
+
+void expect(bool cond, const std::string& what) {
+  if (!cond) die(what);
+}
+
+std::string env(const char* n) {
+  const char* v = std::getenv(n);
+  return v ? v : "";
+}
+
+// Sum of group ranks through an allreduce on a fresh group; destroys it.
+void sum_check(const std::string& name, int world, int grank) {
+  accrun_group_t g;
+  OK(accrun_group_init(name.c_str(), world, grank, ACCRUN_BACKEND_STORE, &g));
+  expect(accrun_group_size(g) == world && accrun_group_rank(g) == grank, name + ": group rank/size");
+  std::vector<std::int64_t> v(257, grank), out(257);
+  OK(accrun_allreduce(g, v.data(), out.data(), v.size(), ACCRUN_INT64, ACCRUN_SUM, nullptr));
+  for (auto x : out) expect(x == std::int64_t(world) * (world - 1) / 2, name + ": wrong sum " + std::to_string(x));
+  OK(accrun_barrier(g));
+  OK(accrun_group_destroy(g));
+}
+
+void context() {
+  expect(accrun_rank() == std::atoi(env("ACCRUN_RANK").c_str()), "rank differs from ACCRUN_RANK");
+  expect(accrun_size() == std::atoi(env("ACCRUN_SIZE").c_str()), "size differs from ACCRUN_SIZE");
+  expect(accrun_local_rank() == std::atoi(env("ACCRUN_LOCAL_RANK").c_str()), "local rank differs");
+  expect(accrun_local_size() == std::atoi(env("ACCRUN_LOCAL_SIZE").c_str()), "local size differs");
+  int ids[16], count = -1;
+  OK(accrun_accelerator_ids("GPU", ids, 16, &count));
+  std::string got;
+  for (int i = 0; i < count; ++i) got += (i ? "," : "") + std::to_string(ids[i]);
+  expect(got == env("ACCRUN_GPU_IDS"), "GPU ids " + got + " differ from ACCRUN_GPU_IDS=" + env("ACCRUN_GPU_IDS"));
+  const char* type = accrun_accelerator_type("gpu");
+  expect((type ? std::string(type) : "") == (count > 0 ? env("ACCRUN_ACCELERATOR_TYPE") : ""), "accelerator type");
+  const char* pod = accrun_pod("pod");
+  expect((pod ? std::string(pod) : "") == env("ACCRUN_POD"), "pod label");
+}
+
+void groups() {
+  const int n = accrun_size(), r = accrun_rank();
+  // World sizes 1 .. n, each on the first w ranks.
+  for (int w : {1, 2, 3, 4, 8})
+    if (w <= n && r < w) sum_check("w" + std::to_string(w), w, r);
+  // Subsets: the even ranks and the odd ranks, at the same time.
+  sum_check(r % 2 ? "odd" : "even", (n - r % 2 + 1) / 2, r / 2);
+  // A name destroyed and declared again, three times.
+  for (int i = 0; i < 3; ++i) sum_check("again", n, r);
+  // Many groups at once on the same ranks, from several threads.
+  std::vector<std::thread> ts;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&, t] {
+      accrun_group_t g;
+      // Group ranks reversed in odd groups: they need not follow job ranks.
+      int grank = t % 2 ? n - 1 - r : r;
+      if (accrun_group_init(("thread" + std::to_string(t)).c_str(), n, grank, ACCRUN_BACKEND_STORE, &g) != 0) {
+        ++failures;
+        return;
+      }
+      for (int i = 0; i < 20; ++i) {
+        std::int32_t v = grank + t, out = 0;
+        if (accrun_allreduce(g, &v, &out, 1, ACCRUN_INT32, ACCRUN_MAX, nullptr) != 0 || out != n - 1 + t) ++failures;
+      }
+      if (accrun_group_destroy(g) != 0) ++failures;
+    });
+  for (auto& t : ts) t.join();
+  expect(failures == 0, "concurrent groups: " + std::to_string(failures.load()) + " failures");
+}
+
+void store() {
+  const int n = accrun_size(), r = accrun_rank();
+  accrun_group_t g;
+  OK(accrun_group_init("store-sync", n, r, ACCRUN_BACKEND_STORE, &g));
+  std::string mine = "from rank " + std::to_string(r);
+  OK(accrun_put(("obj/" + std::to_string(r)).c_str(), mine.data(), mine.size()));
+  expect(accrun_put(("obj/" + std::to_string(r)).c_str(), "x", 1) == ACCRUN_ERR_INVALID_USAGE, "put twice");
+  // Every rank reads every other rank's object, waiting for it if needed.
+  for (int p = 0; p < n; ++p) {
+    char buf[64] = {};
+    size_t len = 0;
+    OK(accrun_get(("obj/" + std::to_string(p)).c_str(), buf, sizeof buf, &len, 10000));
+    expect(std::string(buf, len) == "from rank " + std::to_string(p), "object of rank " + std::to_string(p));
+  }
+  OK(accrun_barrier(g));
+  // The next rank deletes it; afterwards nobody finds it.
+  OK(accrun_delete(("obj/" + std::to_string((r + 1) % n)).c_str()));
+  OK(accrun_barrier(g));
+  size_t len = 0;
+  char buf[8];
+  expect(accrun_get(("obj/" + std::to_string(r)).c_str(), buf, sizeof buf, &len, 0) == ACCRUN_ERR_NOT_FOUND,
+         "deleted object still found");
+  OK(accrun_group_destroy(g));
+}
+
+void sendrecv() {
+  const int r = accrun_rank();
+  if (r > 1) return;
+  accrun_group_t g;
+  OK(accrun_group_init("pair", 2, r, ACCRUN_BACKEND_STORE, &g));
+  // Each sends to the other first, then receives: never a deadlock on the store.
+  std::vector<float> out(100000, float(r + 1)), in(100000);
+  OK(accrun_send(g, out.data(), out.size(), ACCRUN_FLOAT32, 1 - r, nullptr));
+  OK(accrun_recv(g, in.data(), in.size(), ACCRUN_FLOAT32, 1 - r, nullptr));
+  expect(in[0] == float(2 - r) && in.back() == float(2 - r), "received data");
+  OK(accrun_group_start(g));
+  OK(accrun_send(g, out.data(), 10, ACCRUN_FLOAT32, 1 - r, nullptr));
+  OK(accrun_recv(g, in.data(), 10, ACCRUN_FLOAT32, 1 - r, nullptr));
+  OK(accrun_group_end(g));
+  OK(accrun_group_destroy(g));
+}
+
+// Rank 1 dies after joining; the others must get ACCRUN_ERR_REMOTE naming it.
+void death() {
+  const int n = accrun_size(), r = accrun_rank();
+  accrun_group_t g;
+  OK(accrun_group_init("doomed", n, r, ACCRUN_BACKEND_STORE, &g));
+  OK(accrun_barrier(g));
+  if (r == 1) std::_Exit(3);
+  auto t0 = std::chrono::steady_clock::now();
+  int rc = ACCRUN_SUCCESS;
+  for (int i = 0; i < 1000000 && rc == ACCRUN_SUCCESS; ++i) {
+    double v = 1, out = 0;
+    rc = accrun_allreduce(g, &v, &out, 1, ACCRUN_FLOAT64, ACCRUN_SUM, nullptr);
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string msg = accrun_last_error();
+  expect(rc == ACCRUN_ERR_REMOTE, std::string("expected a remote error, got ") + accrun_strerror(rc) + ": " + msg);
+  expect(msg.find("rank 1") != std::string::npos, "error does not name rank 1: " + msg);
+  expect(secs < 5.0, "took " + std::to_string(secs) + " s");
+  std::printf("rank %d: %s (%.2f s)\n", r, msg.c_str(), secs);
+  accrun_group_destroy(g);
+}
+
+void badargs() {
+  const int r = accrun_rank();
+  accrun_group_t g;
+  // World sizes that disagree: an error on both sides, quickly.
+  int rc = accrun_group_init("sizes", r == 0 ? 2 : 3, r, ACCRUN_BACKEND_STORE, &g);
+  expect(rc == ACCRUN_ERR_INVALID_USAGE, std::string("disagreeing sizes: ") + accrun_strerror(rc));
+  expect(std::string(accrun_last_error()).find("world size") != std::string::npos, accrun_last_error());
+  // Two members claiming one rank.
+  rc = accrun_group_init("claim", 2, 0, ACCRUN_BACKEND_STORE, &g);
+  expect(rc == ACCRUN_ERR_INVALID_USAGE, std::string("two claim rank 0: ") + accrun_strerror(rc));
+  // Bad arguments on a good group.
+  OK(accrun_group_init("fine", 2, r, ACCRUN_BACKEND_STORE, &g));
+  int v = 0;
+  expect(accrun_broadcast(g, &v, 1, ACCRUN_INT32, 2, nullptr) == ACCRUN_ERR_INVALID_ARGUMENT, "root 2");
+  expect(accrun_send(g, &v, 1, ACCRUN_INT32, 5, nullptr) == ACCRUN_ERR_INVALID_ARGUMENT, "peer 5");
+  expect(accrun_allreduce(g, &v, &v, 1, ACCRUN_INT32, (accrun_op_t)7, nullptr) == ACCRUN_ERR_INVALID_ARGUMENT, "op");
+  OK(accrun_group_destroy(g));
+  // A member that never comes: the timeout names it (ACCRUN_GROUP_INIT_TIMEOUT=1).
+  if (r == 0) {
+    rc = accrun_group_init("lonely", 3, 0, ACCRUN_BACKEND_STORE, &g);
+    expect(rc == ACCRUN_ERR_TIMEOUT, std::string("missing member: ") + accrun_strerror(rc));
+    expect(std::string(accrun_last_error()).find("group ranks 1, 2 of 3") != std::string::npos, accrun_last_error());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  OK(accrun_init());
+  g_rank = accrun_rank();
+  std::string mode = argv[1];
+  if (mode == "context") context();
+  else if (mode == "groups") groups();
+  else if (mode == "store") store();
+  else if (mode == "sendrecv") sendrecv();
+  else if (mode == "death") death();
+  else if (mode == "badargs") badargs();
+  else die("unknown scenario " + mode);
+  OK(accrun_finalize());
+  std::printf("OK %s rank %d\n", mode.c_str(), g_rank);
+  return 0;
+}

@@ -1,0 +1,106 @@
+// The --detect JSON (DESIGN.md §9): written, read back, and bad input.
+#include <gtest/gtest.h>
+
+#include "accrun/detect.hpp"
+
+using namespace accrun;
+using namespace accrun::detect;
+
+namespace {
+
+Inventory sample() {
+  Inventory inv;
+  inv.host = "node\"1";
+  inv.cpus = 16;
+  inv.numa_nodes = 2;
+  inv.labels.pod = "slice-a";
+  Accelerator a;
+  a.resource = "GPU";
+  a.vendor = "nvidia";
+  a.id = 3;
+  a.type = "H100";
+  a.pci = "0000:3b:00.0";
+  a.numa = 1;
+  a.cpus = "8-15";
+  a.uuid = "GPU-1";
+  inv.accelerators.push_back(a);
+  Accelerator l;
+  l.resource = "TPU";
+  l.vendor = "google";
+  l.id = 0;
+  l.type = "TPU-V4";
+  l.logical = true;
+  inv.accelerators.push_back(l);
+  return inv;
+}
+
+}  // namespace
+
+TEST(DetectJson, ExactShape) {
+  Inventory inv;
+  inv.host = "h";
+  inv.cpus = 2;
+  inv.numa_nodes = 1;
+  Accelerator a;
+  a.resource = "GPU";
+  a.id = 0;
+  a.type = "H100";
+  a.logical = true;
+  inv.accelerators.push_back(a);
+  EXPECT_EQ(to_json({inv}),
+            "{\"hosts\": [{\"host\": \"h\", \"cpus\": 2, \"numa_nodes\": 1, \"labels\": {\"pod\": null, "
+            "\"zone\": null, \"region\": null}, \"accelerators\": [{\"resource\": \"GPU\", \"id\": 0, "
+            "\"type\": \"H100\", \"pci\": null, \"numa\": null, \"cpus\": null, \"uuid\": null, "
+            "\"logical\": true}]}]}\n");
+}
+
+TEST(DetectJson, RoundTrip) {
+  std::vector<Inventory> hosts{sample(), sample()};
+  hosts[1].host = "other";
+  hosts[1].labels = {};
+  auto back = from_json(to_json(hosts));
+  ASSERT_TRUE(back) << back.status().message();
+  ASSERT_EQ(back->size(), 2u);
+  const Inventory& b = (*back)[0];
+  EXPECT_EQ(b.host, "node\"1");
+  EXPECT_EQ(b.cpus, 16);
+  EXPECT_EQ(b.numa_nodes, 2);
+  EXPECT_EQ(b.labels.pod, "slice-a");
+  EXPECT_FALSE(b.labels.zone);
+  ASSERT_EQ(b.accelerators.size(), 2u);
+  EXPECT_EQ(b.accelerators[0].id, 3);
+  EXPECT_EQ(b.accelerators[0].vendor, "nvidia") << "the vendor follows from the type";
+  EXPECT_EQ(b.accelerators[0].cpus, "8-15");
+  EXPECT_EQ(b.accelerators[0].numa, 1);
+  EXPECT_FALSE(b.accelerators[0].logical);
+  EXPECT_EQ(b.accelerators[1].vendor, "google");
+  EXPECT_TRUE(b.accelerators[1].logical);
+  EXPECT_FALSE(b.accelerators[1].pci);
+  EXPECT_EQ(to_json(*back), to_json(hosts));
+}
+
+TEST(DetectJson, BadInputNamesTheField) {
+  EXPECT_FALSE(from_json(""));
+  EXPECT_FALSE(from_json("[]"));
+  EXPECT_FALSE(from_json("{\"hosts\": [1]}"));
+  auto r = from_json("{\"hosts\": [{\"host\": \"h\", \"cpus\": \"x\", \"numa_nodes\": 1}]}");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("hosts[0].cpus"), std::string::npos) << r.status().message();
+  r = from_json("{\"hosts\": [{\"host\": \"h\", \"cpus\": 1, \"numa_nodes\": 1, \"accelerators\": "
+                "[{\"resource\": \"FPGA\", \"id\": 0}]}]}");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("FPGA"), std::string::npos);
+  EXPECT_FALSE(from_json("{\"hosts\": []} trailing"));
+  EXPECT_FALSE(from_json("{\"hosts\": [{\"host\": \"h\", \"cpus\": 1.5, \"numa_nodes\": 1}]}"));
+}
+
+TEST(DetectTable, ReadableAndSaysWhenEmpty) {
+  std::string t = format_table({sample()});
+  EXPECT_NE(t.find("RESOURCE"), std::string::npos);
+  EXPECT_NE(t.find("0000:3b:00.0"), std::string::npos);
+  EXPECT_NE(t.find("logical"), std::string::npos);
+  EXPECT_NE(t.find("pod=slice-a"), std::string::npos);
+  Inventory none;
+  none.host = "h";
+  EXPECT_NE(format_table({none}).find("no accelerators"), std::string::npos);
+}

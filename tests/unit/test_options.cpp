@@ -1,0 +1,170 @@
+// The accrun command line (DESIGN.md §9, accrun(1)).
+#include <gtest/gtest.h>
+
+#include <initializer_list>
+
+#include "accrun/options.hpp"
+
+namespace accrun::launcher {
+namespace {
+
+Result<Options> parse(std::initializer_list<const char*> args) {
+  std::vector<const char*> argv = {"accrun"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return parse_options(static_cast<int>(argv.size()), argv.data());
+}
+
+Options ok(std::initializer_list<const char*> args) {
+  auto r = parse(args);
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  return r.is_ok() ? *r : Options{};
+}
+
+std::string err(std::initializer_list<const char*> args) {
+  auto r = parse(args);
+  EXPECT_FALSE(r.is_ok());
+  if (r.is_ok()) return "";
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  return r.status().message();
+}
+
+TEST(Options, RanksAndProgram) {
+  for (auto o : {ok({"-n", "4", "prog"}), ok({"--np", "4", "prog"}), ok({"--np=4", "prog"}),
+                 ok({"-np", "4", "prog"}), ok({"-n4", "prog"})}) {
+    EXPECT_EQ(o.np, 4);
+    EXPECT_EQ(o.command, std::vector<std::string>{"prog"});
+  }
+}
+
+TEST(Options, ProgramStartsAtFirstNonOptionWord) {
+  Options o = ok({"-n", "2", "--tag-output", "./train", "-n", "5", "--lr=3", "--", "x"});
+  EXPECT_EQ(o.np, 2);
+  EXPECT_TRUE(o.tag_output);
+  EXPECT_EQ(o.command, (std::vector<std::string>{"./train", "-n", "5", "--lr=3", "--", "x"}));
+  Options d = ok({"-n", "2", "--", "-weird-name", "--help"});
+  EXPECT_FALSE(d.help);
+  EXPECT_EQ(d.command, (std::vector<std::string>{"-weird-name", "--help"}));
+}
+
+TEST(Options, PlacementOptions) {
+  Options o = ok({"-n", "8", "--hostfile", "hosts", "--gpus-per-rank", "0.5", "--resources-per-rank",
+                  "tpu=4,HPU:2", "-c", "3", "--npernode", "2", "--accelerator-type", "h100", "--pod-blocks",
+                  "8", "--pod-level", "zone", "--bind-to", "numa", "--report-bindings", "--visible-devices",
+                  "node", "--oversubscribe", "p"});
+  EXPECT_EQ(o.hostfile, "hosts");
+  ASSERT_EQ(o.per_rank.size(), 3u);
+  EXPECT_EQ(o.per_rank[0].first, "GPU");
+  EXPECT_EQ(o.per_rank[0].second.units(), 5000);
+  EXPECT_EQ(o.per_rank[1].first, "TPU");
+  EXPECT_EQ(o.per_rank[1].second, detect::Quantity::whole(4));
+  EXPECT_EQ(o.per_rank[2].first, "HPU");
+  EXPECT_EQ(o.cpus_per_rank, 3);
+  EXPECT_EQ(o.npernode, 2);
+  EXPECT_EQ(o.accelerator_type, "h100");
+  EXPECT_EQ(o.pod_blocks, 8);
+  EXPECT_EQ(o.pod_level, PodLevel::kZone);
+  EXPECT_EQ(o.bind_to, BindTo::kNuma);
+  EXPECT_TRUE(o.report_bindings);
+  EXPECT_EQ(o.visible_devices, Visibility::kNode);
+  EXPECT_TRUE(o.oversubscribe);
+  Options h = ok({"-H", "a:2,b", "p"});
+  EXPECT_EQ(h.host_list, "a:2,b");
+}
+
+TEST(Options, HostOverridesEnvironmentAndFailure) {
+  Options o = ok({"--num-gpus", "2", "--resources", "TPU=4", "--resources", "neuron_cores:2",
+                  "--host-accelerator-type", "TPU-V4", "--topology", "t.xml", "-x", "FOO", "-x", "BAR=a=b",
+                  "--wdir", "/tmp", "--output-dir", "out", "--stdin", "none", "--timeout", "1.5",
+                  "--kill-grace", "0", "--on-failure", "continue", "p"});
+  EXPECT_EQ(o.num_gpus, 2);
+  ASSERT_EQ(o.resources.size(), 2u);
+  EXPECT_EQ(o.resources[1].first, "neuron_cores");
+  EXPECT_EQ(o.host_accelerator_type, "TPU-V4");
+  EXPECT_EQ(o.topology, "t.xml");
+  ASSERT_EQ(o.exports.size(), 2u);
+  EXPECT_EQ(o.exports[0].first, "FOO");
+  EXPECT_FALSE(o.exports[0].second.has_value());
+  EXPECT_EQ(o.exports[1].second, "a=b");
+  EXPECT_EQ(o.wdir, "/tmp");
+  EXPECT_EQ(o.output_dir, "out");
+  EXPECT_EQ(o.stdin_mode, StdinMode::kNone);
+  EXPECT_DOUBLE_EQ(o.timeout_s, 1.5);
+  EXPECT_DOUBLE_EQ(o.kill_grace_s, 0);
+  EXPECT_EQ(o.on_failure, OnFailure::kContinue);
+  EXPECT_EQ(ok({"--stdin", "all", "p"}).stdin_mode, StdinMode::kAll);
+  Options s = ok({"-n", "4", "--stdin", "3", "p"});
+  EXPECT_EQ(s.stdin_mode, StdinMode::kRank);
+  EXPECT_EQ(s.stdin_rank, 3);
+}
+
+TEST(Options, ModesWithoutProgram) {
+  EXPECT_TRUE(ok({"--help"}).help);
+  EXPECT_TRUE(ok({"-h"}).help);
+  EXPECT_TRUE(ok({"--version"}).version);
+  Options d = ok({"--detect", "--json"});
+  EXPECT_TRUE(d.detect);
+  EXPECT_TRUE(d.json);
+  EXPECT_TRUE(ok({"--dry-run", "-n", "2"}).dry_run);
+  EXPECT_TRUE(ok({"--daemon"}).daemon);
+}
+
+TEST(Options, UnknownOptionsSuggestTheRightOne) {
+  EXPECT_EQ(err({"--gpu-per-rank", "1", "p"}), "unknown option '--gpu-per-rank' (did you mean '--gpus-per-rank'?)");
+  EXPECT_EQ(err({"--hostfle", "h", "p"}), "unknown option '--hostfle' (did you mean '--hostfile'?)");
+  EXPECT_EQ(err({"--dryrun", "p"}), "unknown option '--dryrun' (did you mean '--dry-run'?)");
+  EXPECT_EQ(err({"--zzzzzzzz", "p"}), "unknown option '--zzzzzzzz' (see accrun --help)");
+  // Boost's guessing of abbreviations is off: a prefix is an error with a hint.
+  EXPECT_EQ(err({"--oversub", "p"}), "unknown option '--oversub' (did you mean '--oversubscribe'?)");
+}
+
+TEST(Options, BadValuesNameTheOption) {
+  EXPECT_EQ(err({"-n", "four", "p"}), "option '-n/--np': 'four' is not a whole number (e.g. -n 4)");
+  EXPECT_EQ(err({"-n", "0", "p"}), "option '-n/--np': '0' must be at least 1 (e.g. -n 4)");
+  EXPECT_EQ(err({"-n"}), "option '-n/--np': needs a value (see accrun --help)");
+  EXPECT_EQ(err({"-n", "2", "-n", "3", "p"}), "option '-n/--np': given more than once (give it once)");
+  EXPECT_EQ(err({"--bind-to", "cores", "p"}),
+            "option '--bind-to': 'cores' is not one of none|core|numa|accelerator (did you mean 'core'?)");
+  EXPECT_NE(err({"--gpus-per-rank", "1.5", "p"}).find("option '--gpus-per-rank': GPU=1.5"), std::string::npos);
+  EXPECT_NE(err({"--gpus-per-rank", "abc", "p"}).find("option '--gpus-per-rank': quantity 'abc' is not a number"),
+            std::string::npos);
+  EXPECT_NE(err({"--resources-per-rank", "TPU=3", "p"}).find("1, 2, 4 or 8"), std::string::npos);
+  EXPECT_NE(err({"--resources-per-rank", "HPU=0.5", "p"}).find("whole"), std::string::npos);
+  EXPECT_NE(err({"--resources-per-rank", "GPUS=1", "p"}).find("unknown resource 'GPUS'"), std::string::npos);
+  EXPECT_NE(err({"--gpus-per-rank", "1", "--resources-per-rank", "GPU=1", "p"}).find("requested twice"),
+            std::string::npos);
+  EXPECT_NE(err({"--resources", "GPU=0.5", "p"}).find("whole"), std::string::npos);
+  EXPECT_EQ(err({"-x", "1BAD=2", "p"}),
+            "option '-x': '1BAD' is not a variable name (write -x VAR or -x VAR=value)");
+  EXPECT_NE(err({"--timeout", "soon", "p"}).find("option '--timeout': 'soon' is not a number of seconds"),
+            std::string::npos);
+  EXPECT_NE(err({"--kill-grace", "-1", "p"}).find("negative"), std::string::npos);
+  EXPECT_NE(err({"--stdin", "some", "p"}).find("not none, all or a rank number"), std::string::npos);
+  EXPECT_NE(err({"-n", "2", "--stdin", "2", "p"}).find("rank 2 does not exist with -n 2"), std::string::npos);
+  EXPECT_NE(err({"--pod-level", "zone", "p"}).find("without --pod-blocks"), std::string::npos);
+  EXPECT_NE(err({"--pod-level", "rack", "--pod-blocks", "2", "p"}).find("pod|zone|region"), std::string::npos);
+  EXPECT_NE(err({"--on-failure", "ignore", "p"}).find("kill|continue"), std::string::npos);
+  EXPECT_NE(err({"--visible-devices", "all", "p"}).find("own|node"), std::string::npos);
+}
+
+TEST(Options, BadCombinations) {
+  EXPECT_EQ(err({"-n", "2"}), "no program to run (usage: accrun [options] -n N program [args...])");
+  EXPECT_NE(err({"--json", "p"}).find("--json' works only with --detect or --dry-run"), std::string::npos);
+  EXPECT_NE(err({"--hostfile", "h", "-H", "a", "p"}).find("give only one"), std::string::npos);
+  EXPECT_NE(err({"--detect", "--dry-run"}).find("separate modes"), std::string::npos);
+  EXPECT_NE(err({"--tag-output=yes", "p"}).find("takes no value"), std::string::npos);
+}
+
+TEST(Options, UsageMentionsEveryOption) {
+  const std::string u = usage();
+  for (const char* name :
+       {"--np", "--hostfile", "-H", "--gpus-per-rank", "--resources-per-rank", "--cpus-per-rank", "--npernode",
+        "--accelerator-type", "--pod-blocks", "--pod-level", "--bind-to", "--report-bindings",
+        "--visible-devices", "--num-gpus", "--resources", "--host-accelerator-type", "--oversubscribe", "-x",
+        "--wdir", "--tag-output", "--output-dir", "--stdin", "--timeout", "--kill-grace", "--on-failure",
+        "--dry-run", "--detect", "--json", "--topology", "--version", "--help"}) {
+    EXPECT_NE(u.find(name), std::string::npos) << name;
+  }
+}
+
+}  // namespace
+}  // namespace accrun::launcher

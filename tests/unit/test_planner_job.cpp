@@ -1,0 +1,119 @@
+// build_plan(): the command line, a hostfile and this host's detection
+// joined into a plan.  Detection reads an empty fake sysfs root, so only
+// logical devices (--num-gpus) exist on "this host".
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <initializer_list>
+#include <string>
+#include <unistd.h>
+
+#include "accrun/commands.hpp"
+
+namespace accrun::launcher {
+namespace {
+
+const std::string kFixtures = ACCRUN_FIXTURES_DIR;
+
+class BuildPlan : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/accrun-plan-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    env_strings_ = {"ACCRUN_SYSFS_ROOT=" + kFixtures + "/sysfs/decoys", "ACCRUN_NVML_LIBRARY=",
+                    "OMP_NUM_THREADS=5", "KEEP=me"};
+    for (auto& s : env_strings_) envp_.push_back(s.data());
+    envp_.push_back(nullptr);
+  }
+  void TearDown() override {
+    for (const auto& f : files_) std::remove(f.c_str());
+    ::rmdir(dir_.c_str());
+  }
+  std::string write(const std::string& name, const std::string& text) {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    files_.push_back(path);
+    return path;
+  }
+  Result<Plan> run(std::initializer_list<std::string> args) {
+    std::vector<std::string> words = {"accrun"};
+    words.insert(words.end(), args.begin(), args.end());
+    std::vector<const char*> argv;
+    for (const auto& w : words) argv.push_back(w.c_str());
+    auto o = parse_options(static_cast<int>(argv.size()), argv.data());
+    if (!o) return o.status();
+    return build_plan(*o, envp_.data(), 4242);
+  }
+
+  std::string dir_;
+  std::vector<std::string> files_;
+  std::vector<std::string> env_strings_;
+  std::vector<char*> envp_;
+};
+
+TEST_F(BuildPlan, LocalHostAloneGetsDetectedLogicalGpus) {
+  auto p = run({"--dry-run", "-n", "4", "--num-gpus", "2", "--gpus-per-rank", "0.5", "-x", "KEEP", "true"});
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  ASSERT_EQ(p->ranks.size(), 4u);
+  EXPECT_EQ(p->ranks[2].env.at("CUDA_VISIBLE_DEVICES"), "1");
+  EXPECT_EQ(p->ranks[2].env.at("MASTER_PORT"), "4242");
+  EXPECT_EQ(p->ranks[2].env.at("KEEP"), "me");
+  EXPECT_EQ(p->ranks[2].env.count("OMP_NUM_THREADS"), 0u);  // the user's value stays
+  EXPECT_FALSE(p->hosts[0].slots.has_value());
+}
+
+TEST_F(BuildPlan, HostfileEntryForThisHostIsDetectedOthersDeclared) {
+  const std::string hosts = write("hosts", "localhost slots=2 gpus=8 pod=p0\nremote slots=2 gpus=1 pod=p1\n");
+  // -n defaults to the slots (4), but localhost has the 1 GPU detection
+  // found (not the 8 declared) and remote declares 1: only 2 ranks fit.
+  auto p = run({"--dry-run", "--num-gpus", "1", "--gpus-per-rank", "1", "--hostfile", hosts, "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().message().find("cannot place rank 2 of -n 4: every GPU is taken"), std::string::npos)
+      << p.status().message();
+  p = run({"--dry-run", "-n", "2", "--num-gpus", "1", "--gpus-per-rank", "1", "--hostfile", hosts, "true"});
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->ranks[0].env.at("ACCRUN_HOST"), "localhost");
+  EXPECT_EQ(p->ranks[0].env.at("ACCRUN_POD"), "p0");  // the hostfile's label on the detected host
+  EXPECT_EQ(p->ranks[1].env.at("ACCRUN_HOST"), "remote");
+  EXPECT_EQ(p->ranks[1].env.at("ACCRUN_POD"), "p1");
+  EXPECT_EQ(p->ranks[1].env.at("MASTER_ADDR"), "localhost");
+  EXPECT_EQ(p->hosts[0].origin, hosts + ":1");
+}
+
+TEST_F(BuildPlan, ThisHostListedTwiceIsRefused) {
+  const std::string hosts = write("twice", "localhost slots=2\n127.0.0.1 slots=2\n");
+  auto p = run({"--dry-run", "--hostfile", hosts, "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().message(), hosts + ":2: '127.0.0.1' and 'localhost' (" + hosts +
+                                      ":1) both name this host; list it once");
+}
+
+TEST_F(BuildPlan, HostListAndDefaults) {
+  auto p = run({"--dry-run", "-H", "a:2,b:3", "true"});
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->ranks.size(), 5u);  // the slots
+  p = run({"--dry-run", "-H", "a:4,b:4", "--npernode", "3", "true"});
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->ranks.size(), 6u);
+  EXPECT_EQ(p->ranks[3].env.at("ACCRUN_HOST"), "b");
+  // A -H host without a count has one slot, as under mpirun.
+  p = run({"--dry-run", "-H", "a,b", "--npernode", "3", "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().message().find("the hosts have 2 slots under --npernode 3 (a: 1, b: 1)"), std::string::npos)
+      << p.status().message();
+}
+
+TEST_F(BuildPlan, BadHostfilesAreInvalidArguments) {
+  auto p = run({"--dry-run", "--hostfile", dir_ + "/missing", "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().code(), Code::kInvalidArgument);
+  const std::string empty = write("empty", "# nothing\n");
+  p = run({"--dry-run", "--hostfile", empty, "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().message().find("lists no hosts"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace accrun::launcher

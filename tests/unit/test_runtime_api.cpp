@@ -1,0 +1,188 @@
+// The C API in a lone process (no launcher): a job of one rank.  Each test
+// runs in its own process (gtest_discover_tests), so init state is fresh.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "accrun/accrun.h"
+
+namespace {
+
+std::set<std::string> lone_dirs() {
+  std::set<std::string> out;
+  std::string prefix = "accrun." + std::to_string(getuid()) + ".lone.";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) out.insert(e.path().string());
+  return out;
+}
+
+TEST(RuntimeApi, GettersBeforeInit) {
+  EXPECT_EQ(accrun_rank(), -1);
+  EXPECT_EQ(accrun_size(), -1);
+  EXPECT_EQ(accrun_local_rank(), -1);
+  EXPECT_EQ(accrun_local_size(), -1);
+  EXPECT_EQ(accrun_pod("pod"), nullptr);
+  EXPECT_EQ(accrun_accelerator_type("GPU"), nullptr);
+  int count = 5;
+  EXPECT_EQ(accrun_accelerator_ids("GPU", nullptr, 0, &count), ACCRUN_ERR_INVALID_USAGE);
+  EXPECT_EQ(accrun_put("k", "v", 1), ACCRUN_ERR_INVALID_USAGE);
+  EXPECT_NE(std::string(accrun_last_error()).find("accrun_init"), std::string::npos);
+  EXPECT_EQ(accrun_finalize(), ACCRUN_ERR_INVALID_USAGE);
+}
+
+TEST(RuntimeApi, StrerrorCoversEveryCode) {
+  std::set<std::string> seen;
+  for (int c = ACCRUN_SUCCESS; c <= ACCRUN_ERR_NO_MEMORY; ++c) {
+    const char* s = accrun_strerror(c);
+    ASSERT_NE(s, nullptr);
+    EXPECT_GT(std::strlen(s), 0u);
+    seen.insert(s);
+  }
+  EXPECT_EQ(seen.size(), 9u);
+  EXPECT_STREQ(accrun_strerror(ACCRUN_ERR_TIMEOUT), "timeout");
+  EXPECT_STREQ(accrun_strerror(99), "unknown accrun status code");
+}
+
+TEST(RuntimeApi, LoneProcessIsAJobOfOne) {
+  auto before = lone_dirs();
+  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS) << accrun_last_error();
+  EXPECT_EQ(accrun_init(), ACCRUN_ERR_INVALID_USAGE);
+  EXPECT_EQ(accrun_rank(), 0);
+  EXPECT_EQ(accrun_size(), 1);
+  EXPECT_EQ(accrun_local_rank(), 0);
+  EXPECT_EQ(accrun_local_size(), 1);
+  auto during = lone_dirs();
+  EXPECT_EQ(during.size(), before.size() + 1);  // a private shm directory
+  int ids[4] = {-1, -1, -1, -1}, count = -1;
+  EXPECT_EQ(accrun_accelerator_ids("TPU", ids, 4, &count), ACCRUN_SUCCESS);
+  EXPECT_EQ(count, 0);
+  EXPECT_EQ(accrun_accelerator_ids(nullptr, ids, 4, &count), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_accelerator_ids("GPU", nullptr, 4, &count), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_accelerator_ids("GPU", ids, 4, nullptr), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_pod("galaxy"), nullptr);
+  ASSERT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
+  EXPECT_EQ(accrun_rank(), -1);
+  EXPECT_EQ(lone_dirs(), before);  // removed at finalize
+  // Init again after finalize works.
+  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS) << accrun_last_error();
+  EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
+}
+
+TEST(RuntimeApi, GroupArgumentErrors) {
+  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS) << accrun_last_error();
+  accrun_group_t g = nullptr;
+  EXPECT_EQ(accrun_group_init("g", 1, 0, ACCRUN_BACKEND_STORE, nullptr), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_group_init(nullptr, 1, 0, ACCRUN_BACKEND_STORE, &g), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_group_init("", 1, 0, ACCRUN_BACKEND_STORE, &g), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_group_init("g", 0, 0, ACCRUN_BACKEND_STORE, &g), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_group_init("g", 2, 2, ACCRUN_BACKEND_STORE, &g), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(accrun_last_error()).find("rank 2 is out of range"), std::string::npos)
+      << accrun_last_error();
+  EXPECT_EQ(accrun_group_init("g", 1, -1, ACCRUN_BACKEND_STORE, &g), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_group_init("g", 1, 0, static_cast<accrun_backend_t>(9), &g), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(g, nullptr);
+  EXPECT_EQ(accrun_group_rank(nullptr), -1);
+  EXPECT_EQ(accrun_group_size(nullptr), -1);
+  EXPECT_EQ(accrun_barrier(nullptr), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_group_destroy(nullptr), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
+}
+
+TEST(RuntimeApi, StoreGroupOfOneAndDataArgumentErrors) {
+  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS) << accrun_last_error();
+  accrun_group_t g = nullptr;
+  ASSERT_EQ(accrun_group_init("solo", 1, 0, ACCRUN_BACKEND_STORE, &g), ACCRUN_SUCCESS) << accrun_last_error();
+  EXPECT_EQ(accrun_group_rank(g), 0);
+  EXPECT_EQ(accrun_group_size(g), 1);
+  float in[4] = {1, 2, 3, 4}, out[4] = {};
+  ASSERT_EQ(accrun_allreduce(g, in, out, 4, ACCRUN_FLOAT32, ACCRUN_SUM, nullptr), ACCRUN_SUCCESS)
+      << accrun_last_error();
+  EXPECT_EQ(out[3], 4.0f);
+  EXPECT_EQ(accrun_allreduce(g, in, out, 4, static_cast<accrun_dtype_t>(8), ACCRUN_SUM, nullptr),
+            ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(accrun_last_error()).find("dtype 8"), std::string::npos);
+  EXPECT_EQ(accrun_allreduce(g, in, out, 4, ACCRUN_FLOAT32, static_cast<accrun_op_t>(4), nullptr),
+            ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_allreduce(g, nullptr, out, 4, ACCRUN_FLOAT32, ACCRUN_SUM, nullptr), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_allreduce(g, in, out, 4, ACCRUN_FLOAT32, ACCRUN_SUM, reinterpret_cast<void*>(0x1)),
+            ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(accrun_last_error()).find("stream"), std::string::npos);
+  EXPECT_EQ(accrun_broadcast(g, out, 4, ACCRUN_FLOAT32, 1, nullptr), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(accrun_last_error()).find("root 1 is out of range"), std::string::npos);
+  EXPECT_EQ(accrun_reduce(g, in, out, 4, ACCRUN_FLOAT32, ACCRUN_SUM, -1, nullptr), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_send(g, in, 4, ACCRUN_FLOAT32, 3, nullptr), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_recv(g, out, 4, ACCRUN_FLOAT32, -2, nullptr), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_allgather(g, in, out, SIZE_MAX / 2, ACCRUN_FLOAT32, nullptr), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_barrier(g), ACCRUN_SUCCESS) << accrun_last_error();
+  EXPECT_EQ(accrun_group_set_timeout(g, 1000), ACCRUN_SUCCESS);
+  ASSERT_EQ(accrun_group_destroy(g), ACCRUN_SUCCESS);
+  EXPECT_EQ(accrun_group_destroy(g), ACCRUN_ERR_INVALID_ARGUMENT);  // the handle is dead
+  // The name can be declared again (a new epoch).
+  ASSERT_EQ(accrun_group_init("solo", 1, 0, ACCRUN_BACKEND_AUTO, &g), ACCRUN_SUCCESS) << accrun_last_error();
+  EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);  // destroys groups still alive
+}
+
+TEST(RuntimeApi, ObjectStoreInALoneProcess) {
+  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS) << accrun_last_error();
+  const char msg[] = "payload";
+  ASSERT_EQ(accrun_put("obj", msg, sizeof msg), ACCRUN_SUCCESS) << accrun_last_error();
+  EXPECT_EQ(accrun_put("obj", msg, sizeof msg), ACCRUN_ERR_INVALID_USAGE);
+  char buf[64] = {};
+  size_t len = 0;
+  ASSERT_EQ(accrun_get("obj", buf, sizeof buf, &len, 0), ACCRUN_SUCCESS);
+  EXPECT_EQ(len, sizeof msg);
+  EXPECT_STREQ(buf, msg);
+  EXPECT_EQ(accrun_get("obj", buf, sizeof buf, nullptr, 0), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_get("missing", buf, sizeof buf, &len, 0), ACCRUN_ERR_NOT_FOUND);
+  EXPECT_EQ(accrun_get("missing", buf, sizeof buf, &len, 50), ACCRUN_ERR_TIMEOUT);
+  EXPECT_EQ(accrun_put(nullptr, msg, 1), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accrun_put("x", nullptr, 1), ACCRUN_ERR_INVALID_ARGUMENT);
+  ASSERT_EQ(accrun_delete("obj"), ACCRUN_SUCCESS);
+  EXPECT_EQ(accrun_delete("obj"), ACCRUN_ERR_NOT_FOUND);
+  EXPECT_EQ(accrun_get("obj", buf, sizeof buf, &len, 0), ACCRUN_ERR_NOT_FOUND);
+  EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
+}
+
+TEST(RuntimeApi, LastErrorIsPerThread) {
+  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS);
+  EXPECT_EQ(accrun_get("nope", nullptr, 0, nullptr, 0), ACCRUN_ERR_INVALID_ARGUMENT);
+  std::string mine = accrun_last_error();
+  std::string theirs;
+  std::thread t([&] {
+    EXPECT_EQ(accrun_delete("absent"), ACCRUN_ERR_NOT_FOUND);
+    theirs = accrun_last_error();
+  });
+  t.join();
+  EXPECT_EQ(accrun_last_error(), mine);
+  EXPECT_NE(theirs.find("absent"), std::string::npos);
+  EXPECT_NE(mine, theirs);
+  EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
+}
+
+TEST(RuntimeApi, GroupsFromSeveralThreads) {
+  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS);
+  std::vector<std::thread> ts;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&, t] {
+      accrun_group_t g;
+      if (accrun_group_init(("t" + std::to_string(t)).c_str(), 1, 0, ACCRUN_BACKEND_STORE, &g) != ACCRUN_SUCCESS)
+        return;
+      int v = t, r = 0;
+      for (int i = 0; i < 100; ++i)
+        if (accrun_allreduce(g, &v, &r, 1, ACCRUN_INT32, ACCRUN_MAX, nullptr) != ACCRUN_SUCCESS) return;
+      if (r == t && accrun_group_destroy(g) == ACCRUN_SUCCESS) ++ok;
+    });
+  for (auto& th : ts) th.join();
+  EXPECT_EQ(ok.load(), 4);
+  EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
+}
+
+}  // namespace

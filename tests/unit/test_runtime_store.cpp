@@ -1,0 +1,211 @@
+// The object store and the environment contract, without a launcher: an
+// in-memory directory, a private temporary directory, and several
+// ObjectStore instances standing in for several processes on one host.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "config.hpp"
+#include "directory.hpp"
+#include "object_store.hpp"
+
+namespace accrun::runtime {
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string t = "/dev/shm/accrun-test-store.XXXXXX";
+    if (::mkdtemp(t.data()) == nullptr) {
+      t = "/tmp/accrun-test-store.XXXXXX";
+      if (::mkdtemp(t.data()) == nullptr) std::abort();
+    }
+    path_ = t;
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::unique_ptr<ObjectStore> open_store(Directory& dir, const std::string& path, int rank,
+                                        const std::string& size = "") {
+  auto s = ObjectStore::open(dir, StoreOptions{path, "h0", rank, size});
+  EXPECT_TRUE(s.is_ok()) << s.status().message();
+  return s.is_ok() ? std::move(s).value() : nullptr;
+}
+
+TEST(RuntimeStore, PutGetDeleteAcrossTwoProcessesOnOneHost) {
+  TempDir tmp;
+  MemoryDirectory dir;
+  auto a = open_store(dir, tmp.path(), 0);
+  auto b = open_store(dir, tmp.path(), 1);
+  std::vector<int> data(1000);
+  for (int i = 0; i < 1000; ++i) data[i] = i * 7;
+  ASSERT_TRUE(a->put("weights/v1", data.data(), data.size() * sizeof(int)).is_ok());
+  std::vector<int> out(1000);
+  std::size_t len = 0;
+  ASSERT_TRUE(b->get("weights/v1", out.data(), out.size() * sizeof(int), &len, 0).is_ok());
+  EXPECT_EQ(len, 4000u);
+  EXPECT_EQ(out, data);
+  // The bytes are in a 0600 file in the shared directory, counted once.
+  EXPECT_EQ(a->used(), 4000u);
+  EXPECT_EQ(b->used(), 4000u);
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path())) {
+    struct stat st {};
+    ASSERT_EQ(::stat(e.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << e.path();
+    if (e.path().filename().string().rfind("obj.", 0) == 0) ++files;
+  }
+  EXPECT_EQ(files, 1);
+  // b deletes what a put: freed for both, gone for both.
+  ASSERT_TRUE(b->remove("weights/v1").is_ok());
+  EXPECT_EQ(a->used(), 0u);
+  EXPECT_EQ(a->get("weights/v1", out.data(), 4000, &len, 0).code(), Code::kNotFound);
+  EXPECT_EQ(a->remove("weights/v1").code(), Code::kNotFound);
+  // A deleted key can be put again.
+  int one = 1;
+  ASSERT_TRUE(a->put("weights/v1", &one, sizeof one).is_ok());
+  ASSERT_TRUE(b->get("weights/v1", out.data(), 4000, &len, 0).is_ok());
+  EXPECT_EQ(len, sizeof one);
+  EXPECT_EQ(out[0], 1);
+}
+
+TEST(RuntimeStore, ObjectsAreImmutable) {
+  TempDir tmp;
+  MemoryDirectory dir;
+  auto a = open_store(dir, tmp.path(), 0);
+  char x = 'x';
+  ASSERT_TRUE(a->put("k", &x, 1).is_ok());
+  Status again = a->put("k", &x, 1);
+  EXPECT_EQ(again.code(), Code::kInvalidUsage);
+  EXPECT_NE(again.message().find("exists"), std::string::npos);
+  EXPECT_EQ(a->used(), 1u);  // the failed put left nothing behind
+}
+
+TEST(RuntimeStore, SizeQueryAndShortBuffer) {
+  TempDir tmp;
+  MemoryDirectory dir;
+  auto a = open_store(dir, tmp.path(), 0);
+  std::string s = "hello, store";
+  ASSERT_TRUE(a->put("s", s.data(), s.size()).is_ok());
+  std::size_t len = 0;
+  ASSERT_TRUE(a->get("s", nullptr, 0, &len, 0).is_ok());
+  EXPECT_EQ(len, s.size());
+  char small[4];
+  EXPECT_EQ(a->get("s", small, sizeof small, &len, 0).code(), Code::kInvalidArgument);
+  EXPECT_EQ(len, s.size());
+  ASSERT_TRUE(a->put("empty", nullptr, 0).is_ok());
+  ASSERT_TRUE(a->get("empty", small, sizeof small, &len, 0).is_ok());
+  EXPECT_EQ(len, 0u);
+}
+
+TEST(RuntimeStore, FullStoreIsNoMemoryAndDeleteFrees) {
+  TempDir tmp;
+  MemoryDirectory dir;
+  auto a = open_store(dir, tmp.path(), 0, "8K");
+  auto b = open_store(dir, tmp.path(), 1, "8K");
+  EXPECT_EQ(a->capacity(), 8192u);
+  std::vector<char> blob(5000, 'z');
+  ASSERT_TRUE(a->put("one", blob.data(), blob.size()).is_ok());
+  // The limit is shared by the host's processes: b cannot add 5000 more.
+  Status full = b->put("two", blob.data(), blob.size());
+  EXPECT_EQ(full.code(), Code::kNoMemory);
+  EXPECT_NE(full.message().find("ACCRUN_STORE_SIZE"), std::string::npos);
+  ASSERT_TRUE(a->remove("one").is_ok());
+  EXPECT_TRUE(b->put("two", blob.data(), blob.size()).is_ok());
+}
+
+TEST(RuntimeStore, GetWaitsForALaterPutOrTimesOut) {
+  TempDir tmp;
+  MemoryDirectory dir;
+  auto a = open_store(dir, tmp.path(), 0);
+  auto b = open_store(dir, tmp.path(), 1);
+  auto waiter = std::async(std::launch::async, [&] {
+    int v = 0;
+    std::size_t len = 0;
+    Status st = b->get("later", &v, sizeof v, &len, 5000);
+    return st.is_ok() ? v : -1;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  int v = 42;
+  ASSERT_TRUE(a->put("later", &v, sizeof v).is_ok());
+  EXPECT_EQ(waiter.get(), 42);
+  std::size_t len = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(b->get("never", &v, sizeof v, &len, 100).code(), Code::kTimeout);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100));
+  EXPECT_EQ(b->get("", &v, sizeof v, &len, 0).code(), Code::kInvalidArgument);
+}
+
+TEST(RuntimeStore, ObjectOnAnotherHostIsNotSupportedYet) {
+  TempDir tmp;
+  MemoryDirectory dir;
+  auto a = open_store(dir, tmp.path(), 0);
+  auto far = ObjectStore::open(dir, StoreOptions{tmp.path(), "h1", 1, ""});
+  ASSERT_TRUE(far.is_ok());
+  int v = 1;
+  ASSERT_TRUE(a->put("k", &v, sizeof v).is_ok());
+  std::size_t len = 0;
+  EXPECT_EQ(far.value()->get("k", &v, sizeof v, &len, 0).code(), Code::kNotSupported);
+}
+
+TEST(RuntimeConfig, StoreSizeSyntax) {
+  EXPECT_EQ(parse_store_size("1024", 0).value(), 1024u);
+  EXPECT_EQ(parse_store_size("4K", 0).value(), 4096u);
+  EXPECT_EQ(parse_store_size("512MiB", 0).value(), 512ull << 20);
+  EXPECT_EQ(parse_store_size("2g", 0).value(), 2ull << 30);
+  EXPECT_EQ(parse_store_size("1.5M", 0).value(), 3ull << 19);
+  EXPECT_EQ(parse_store_size("25%", 1000).value(), 250u);
+  EXPECT_EQ(parse_store_size("", 1000).value(), 500u);  // default: half the filesystem
+  EXPECT_EQ(parse_store_size("12Q", 0).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(parse_store_size("lots", 0).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(parse_store_size("150%", 0).status().code(), Code::kInvalidArgument);
+}
+
+TEST(RuntimeConfig, ReadsTheLaunchersEnvironment) {
+  auto c = read_config({"PMIX_NAMESPACE=accrun.0001", "ACCRUN_RANK=3", "ACCRUN_SIZE=8", "ACCRUN_LOCAL_RANK=1",
+                        "ACCRUN_LOCAL_SIZE=4", "ACCRUN_NODE_RANK=1", "ACCRUN_HOST=n1",
+                        "ACCRUN_ACCELERATOR_TYPE=H100", "ACCRUN_GPU_IDS=2,3", "ACCRUN_NEURON_CORES_IDS=0",
+                        "ACCRUN_GPU_FRACTION=0.5", "ACCRUN_POD=slice-a", "ACCRUN_ZONE=", "ACCRUN_OVERSUBSCRIBED=1",
+                        "ACCRUN_SHM_DIR=/dev/shm/x", "ACCRUN_STORE_SIZE=1G", "ACCRUN_GROUP_INIT_TIMEOUT=2.5",
+                        "UNRELATED=1"});
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_TRUE(c->pmix_server);
+  EXPECT_EQ(c->rank, 3);
+  EXPECT_EQ(c->size, 8);
+  EXPECT_EQ(c->local_rank, 1);
+  EXPECT_EQ(c->local_size, 4);
+  EXPECT_EQ(c->node_rank, 1);
+  EXPECT_EQ(c->host, "n1");
+  EXPECT_EQ(c->accelerator_type, "H100");
+  EXPECT_EQ(c->accelerator_ids.at("GPU"), (std::vector<int>{2, 3}));
+  EXPECT_EQ(c->accelerator_ids.at("NEURON_CORES"), (std::vector<int>{0}));
+  EXPECT_EQ(c->fractions.at("GPU"), "0.5");
+  EXPECT_EQ(c->pod, "slice-a");
+  EXPECT_FALSE(c->zone.has_value());  // empty means unlabelled
+  EXPECT_FALSE(c->region.has_value());
+  EXPECT_TRUE(c->oversubscribed);
+  EXPECT_EQ(c->shm_dir, "/dev/shm/x");
+  EXPECT_EQ(c->group_init_timeout_ms, 2500);
+
+  auto lone = read_config({"PATH=/bin"});
+  ASSERT_TRUE(lone.is_ok());
+  EXPECT_FALSE(lone->pmix_server);
+  EXPECT_EQ(lone->rank, -1);
+  EXPECT_TRUE(lone->accelerator_ids.empty());
+
+  auto bad = read_config({"ACCRUN_GPU_IDS=0,x"});
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("ACCRUN_GPU_IDS"), std::string::npos);
+  EXPECT_EQ(read_config({"ACCRUN_STORE_SIZE=big"}).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(read_config({"ACCRUN_RANK=one"}).status().code(), Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace accrun::runtime
