@@ -52,7 +52,7 @@ struct Options {
 inline void usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--backend B[,B...]] [-m MIN:MAX] [-i ITERS] [-x WARMUP] [-r REPS] [-d cuda]\n"
-               "  backends: store, raw-mpi (several, comma-separated, run interleaved)\n",
+               "  backends: store, mpi, raw-mpi (several, comma-separated, run interleaved)\n",
                argv0);
 }
 

@@ -2,9 +2,9 @@
 //   accrun -n 2 osu_allreduce --backend store,raw-mpi
 // ACCRUN_OSU_BENCH (set per executable in CMake) names the benchmark.
 // Backends are table entries: `store` (an accrun group with
-// ACCRUN_BACKEND_STORE over every rank), `raw-mpi` (plain MPI calls on
-// MPI_COMM_WORLD, in MPI builds).  The MPI/NCCL backends join as entries for
-// ACCRUN_BACKEND_MPI / ACCRUN_BACKEND_NCCL (`-d cuda` is reserved for NCCL).
+// ACCRUN_BACKEND_STORE over every rank), `mpi` (an accrun group with
+// ACCRUN_BACKEND_MPI), `raw-mpi` (plain MPI calls on MPI_COMM_WORLD); the
+// last two in MPI builds.  `-d cuda` is reserved for the NCCL backend.
 #include <accrun/accrun.h>
 
 #include <cstdio>
@@ -58,10 +58,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   bool want_mpi = false;
+  bool want_mpi_group = false;
   for (const auto& b : o.backends) {
-    if (b == "raw-mpi") want_mpi = true;
-    else if (b != "store") {
-      std::fprintf(stderr, "osu_%s: --backend %s: unknown (known: store, raw-mpi)\n", o.bench.c_str(), b.c_str());
+    if (b == "raw-mpi" || b == "mpi") {
+      want_mpi = true;
+      want_mpi_group = want_mpi_group || b == "mpi";
+    } else if (b != "store") {
+      std::fprintf(stderr, "osu_%s: --backend %s: unknown (known: store, mpi, raw-mpi)\n", o.bench.c_str(),
+                   b.c_str());
       return 2;
     }
   }
@@ -69,7 +73,7 @@ int main(int argc, char** argv) {
   if (want_mpi) MPI_Init(&argc, &argv);
 #else
   if (want_mpi) {
-    std::fprintf(stderr, "osu_%s: --backend raw-mpi: this build has no MPI\n", o.bench.c_str());
+    std::fprintf(stderr, "osu_%s: --backend mpi/raw-mpi: this build has no MPI\n", o.bench.c_str());
     return 2;
   }
 #endif
@@ -77,10 +81,16 @@ int main(int argc, char** argv) {
   accrun_group_t g = nullptr;
   const int rank = accrun_rank(), size = accrun_size();
   if (report(accrun_group_init("osu", size, rank, ACCRUN_BACKEND_STORE, &g)) != ACCRUN_SUCCESS) return 1;
+  accrun_group_t gm = nullptr;
+  if (want_mpi_group &&
+      report(accrun_group_init("osu-mpi", size, rank, ACCRUN_BACKEND_MPI, &gm)) != ACCRUN_SUCCESS) {
+    return 1;
+  }
 
   std::vector<accrun::bench::Impl> impls;
   for (const auto& b : o.backends) {
     if (b == "store") impls.push_back(group_impl("store", g));
+    if (b == "mpi") impls.push_back(group_impl("mpi", gm));
 #if ACCRUN_HAVE_MPI
     if (b == "raw-mpi") impls.push_back(accrun::bench::make_raw_mpi_impl());
 #endif
@@ -95,6 +105,7 @@ int main(int argc, char** argv) {
   };
   env.sync = [g] { (void)accrun_barrier(g); };
   const int rc = accrun::bench::run(o, impls, env);
+  if (gm != nullptr) (void)accrun_group_destroy(gm);
   (void)accrun_group_destroy(g);
   (void)accrun_finalize();
 #if ACCRUN_HAVE_MPI

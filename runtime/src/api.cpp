@@ -229,6 +229,17 @@ Status init_runtime(Runtime& r) {
 
 // ---- argument checks shared by the data calls ----
 
+// The integer a C caller passed for an enum parameter.  Read through its
+// bytes: a C program may pass any int, and loading an out-of-range value as
+// the C++ enum type is undefined behaviour.
+template <class E>
+int raw(const E& e) {
+  static_assert(sizeof(E) == sizeof(int), "accrun's C enums are int-sized");
+  int v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 Status check_dtype(int dt) {
   if (dt < ACCRUN_INT8 || dt > ACCRUN_FLOAT64)
     return accrun::invalid_argument("dtype " + std::to_string(dt) + " is not an accrun_dtype_t");
@@ -399,7 +410,7 @@ ACCRUN_API int accrun_group_init(const char* name, int world_size, int rank, acc
     if (rank < 0 || rank >= world_size)
       return accrun::invalid_argument("rank " + std::to_string(rank) + " is out of range for world_size " +
                                       std::to_string(world_size));
-    int b = static_cast<int>(backend);
+    int b = raw(backend);
     if (b < ACCRUN_BACKEND_AUTO || b > ACCRUN_BACKEND_NCCL)
       return accrun::invalid_argument("backend " + std::to_string(b) + " is not an accrun_backend_t");
     std::optional<coll::BackendKind> requested;
@@ -470,8 +481,8 @@ ACCRUN_API int accrun_allreduce(accrun_group_t g, const void* send, void* recv, 
                                 accrun_op_t op, void* stream) {
   return boundary("accrun_allreduce", [&] {
     return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
-      ACCRUN_RETURN_IF_ERROR(check_op(op));
-      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, dt, {{send, count, "send"}, {recv, count, "recv"}}, stream));
+      ACCRUN_RETURN_IF_ERROR(check_op(raw(op)));
+      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, raw(dt), {{send, count, "send"}, {recv, count, "recv"}}, stream));
       return grp.backend->allreduce(send, recv, count, dtype_of(dt), op_of(op), stream);
     });
   });
@@ -481,11 +492,11 @@ ACCRUN_API int accrun_reduce(accrun_group_t g, const void* send, void* recv, siz
                              accrun_op_t op, int root, void* stream) {
   return boundary("accrun_reduce", [&] {
     return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
-      ACCRUN_RETURN_IF_ERROR(check_op(op));
+      ACCRUN_RETURN_IF_ERROR(check_op(raw(op)));
       ACCRUN_RETURN_IF_ERROR(check_rank(grp, root, "root"));
       // Only the root receives; recv may be NULL elsewhere.
       std::size_t recv_count = grp.rank == root ? count : 0;
-      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, dt, {{send, count, "send"}, {recv, recv_count, "recv"}}, stream));
+      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, raw(dt), {{send, count, "send"}, {recv, recv_count, "recv"}}, stream));
       return grp.backend->reduce(send, recv, count, dtype_of(dt), op_of(op), root, stream);
     });
   });
@@ -496,7 +507,7 @@ ACCRUN_API int accrun_broadcast(accrun_group_t g, void* buf, size_t count, accru
   return boundary("accrun_broadcast", [&] {
     return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
       ACCRUN_RETURN_IF_ERROR(check_rank(grp, root, "root"));
-      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, dt, {{buf, count, "buf"}}, stream));
+      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, raw(dt), {{buf, count, "buf"}}, stream));
       return grp.backend->broadcast(buf, count, dtype_of(dt), root, stream);
     });
   });
@@ -510,7 +521,7 @@ ACCRUN_API int accrun_allgather(accrun_group_t g, const void* send, void* recv, 
       if (count_per_rank != 0 && total / static_cast<std::size_t>(grp.size) != count_per_rank)
         return accrun::invalid_argument("count_per_rank is too large");
       ACCRUN_RETURN_IF_ERROR(
-          check_data(r, grp, dt, {{send, count_per_rank, "send"}, {recv, total, "recv"}}, stream));
+          check_data(r, grp, raw(dt), {{send, count_per_rank, "send"}, {recv, total, "recv"}}, stream));
       return grp.backend->allgather(send, recv, count_per_rank, dtype_of(dt), stream);
     });
   });
@@ -520,11 +531,11 @@ ACCRUN_API int accrun_reducescatter(accrun_group_t g, const void* send, void* re
                                     accrun_dtype_t dt, accrun_op_t op, void* stream) {
   return boundary("accrun_reducescatter", [&] {
     return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
-      ACCRUN_RETURN_IF_ERROR(check_op(op));
+      ACCRUN_RETURN_IF_ERROR(check_op(raw(op)));
       std::size_t total = recv_count * static_cast<std::size_t>(grp.size);
       if (recv_count != 0 && total / static_cast<std::size_t>(grp.size) != recv_count)
         return accrun::invalid_argument("recv_count is too large");
-      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, dt, {{send, total, "send"}, {recv, recv_count, "recv"}}, stream));
+      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, raw(dt), {{send, total, "send"}, {recv, recv_count, "recv"}}, stream));
       return grp.backend->reducescatter(send, recv, recv_count, dtype_of(dt), op_of(op), stream);
     });
   });
@@ -543,7 +554,7 @@ ACCRUN_API int accrun_send(accrun_group_t g, const void* buf, size_t count, accr
   return boundary("accrun_send", [&] {
     return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
       ACCRUN_RETURN_IF_ERROR(check_rank(grp, peer, "peer"));
-      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, dt, {{buf, count, "buf"}}, stream));
+      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, raw(dt), {{buf, count, "buf"}}, stream));
       return grp.backend->send(buf, count, dtype_of(dt), peer, stream);
     });
   });
@@ -553,7 +564,7 @@ ACCRUN_API int accrun_recv(accrun_group_t g, void* buf, size_t count, accrun_dty
   return boundary("accrun_recv", [&] {
     return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
       ACCRUN_RETURN_IF_ERROR(check_rank(grp, peer, "peer"));
-      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, dt, {{buf, count, "buf"}}, stream));
+      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, raw(dt), {{buf, count, "buf"}}, stream));
       return grp.backend->recv(buf, count, dtype_of(dt), peer, stream);
     });
   });
