@@ -55,12 +55,6 @@ struct HostScan {
 HostScan scan_host(const DetectConfig& config);
 std::vector<PciDevice> scan_pci(const SysRoot& root);
 
-// "0-3,8" → {0,1,2,3,8}; nullopt when malformed.  Sorted and unique.
-std::optional<std::vector<int>> parse_cpulist(std::string_view text);
-// {0,1,2,3,8} → "0-3,8".
-std::string format_cpulist(const std::vector<int>& ids);
-// {0,1,3} → "0,1,3".
-std::string join_ids(const std::vector<int>& ids);
 // Parses a non-negative decimal integer; nullopt when not one.
 std::optional<int> parse_int(std::string_view text);
 // Parses "0x10de" / "10de".

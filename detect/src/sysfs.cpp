@@ -152,48 +152,6 @@ std::optional<unsigned> parse_hex(std::string_view text) {
   return v;
 }
 
-std::optional<std::vector<int>> parse_cpulist(std::string_view text) {
-  std::set<int> ids;
-  std::string t = trim(text);
-  if (t.empty()) return std::vector<int>{};
-  for (const std::string& part : split(t, ',')) {
-    auto dash = part.find('-');
-    if (dash == std::string::npos) {
-      auto v = parse_int(part);
-      if (!v) return std::nullopt;
-      ids.insert(*v);
-    } else {
-      auto a = parse_int(std::string_view(part).substr(0, dash));
-      auto b = parse_int(std::string_view(part).substr(dash + 1));
-      if (!a || !b || *a > *b || *b - *a > 1'000'000) return std::nullopt;
-      for (int i = *a; i <= *b; ++i) ids.insert(i);
-    }
-  }
-  return std::vector<int>(ids.begin(), ids.end());
-}
-
-std::string format_cpulist(const std::vector<int>& ids) {
-  std::string out;
-  size_t i = 0;
-  while (i < ids.size()) {
-    size_t j = i;
-    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
-    if (!out.empty()) out += ',';
-    out += std::to_string(ids[i]);
-    if (j > i) out += '-' + std::to_string(ids[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
-std::string join_ids(const std::vector<int>& ids) {
-  std::string out;
-  for (int id : ids) {
-    if (!out.empty()) out += ',';
-    out += std::to_string(id);
-  }
-  return out;
-}
 
 Accelerator accelerator_from_pci(const PciDevice& dev, std::string_view resource,
                                  std::string_view vendor, int id, std::string type) {
@@ -272,3 +230,54 @@ Result<std::vector<Accelerator>> ProviderBase::restrict_visible(std::vector<Acce
 }
 
 }  // namespace accrun::detect::internal
+
+namespace accrun::detect {
+
+using internal::parse_int;
+using internal::split;
+using internal::trim;
+
+std::optional<std::vector<int>> parse_cpulist(std::string_view text) {
+  std::set<int> ids;
+  std::string t = trim(text);
+  if (t.empty()) return std::vector<int>{};
+  for (const std::string& part : split(t, ',')) {
+    auto dash = part.find('-');
+    if (dash == std::string::npos) {
+      auto v = parse_int(part);
+      if (!v) return std::nullopt;
+      ids.insert(*v);
+    } else {
+      auto a = parse_int(std::string_view(part).substr(0, dash));
+      auto b = parse_int(std::string_view(part).substr(dash + 1));
+      if (!a || !b || *a > *b || *b - *a > 1'000'000) return std::nullopt;
+      for (int i = *a; i <= *b; ++i) ids.insert(i);
+    }
+  }
+  return std::vector<int>(ids.begin(), ids.end());
+}
+
+std::string format_cpulist(const std::vector<int>& ids) {
+  std::string out;
+  size_t i = 0;
+  while (i < ids.size()) {
+    size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += std::to_string(ids[i]);
+    if (j > i) out += '-' + std::to_string(ids[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string join_ids(const std::vector<int>& ids) {
+  std::string out;
+  for (int id : ids) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(id);
+  }
+  return out;
+}
+
+}  // namespace accrun::detect

@@ -38,50 +38,11 @@ std::string upper(std::string_view s) {
   return out;
 }
 
-// "0-3,8" from a set of CPU numbers.
+// "0-3,8" from a set of CPU numbers, in any order.
 std::string cpu_list(std::vector<int> cpus) {
   std::sort(cpus.begin(), cpus.end());
   cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
-  std::string out;
-  for (std::size_t i = 0; i < cpus.size();) {
-    std::size_t j = i;
-    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
-    if (!out.empty()) out += ',';
-    out += std::to_string(cpus[i]);
-    if (j > i) out += '-' + std::to_string(cpus[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
-// Parses an hwloc list string ("0-3,8"); junk parts are skipped.
-std::vector<int> parse_cpu_list(std::string_view s) {
-  std::vector<int> out;
-  std::size_t i = 0;
-  while (i < s.size()) {
-    std::size_t comma = s.find(',', i);
-    std::string_view part = s.substr(i, comma == std::string_view::npos ? s.npos : comma - i);
-    std::size_t dash = part.find('-');
-    try {
-      int lo = std::stoi(std::string(part.substr(0, dash)));
-      int hi = dash == std::string_view::npos ? lo : std::stoi(std::string(part.substr(dash + 1)));
-      for (int c = lo; c <= hi && hi - lo < 100000; ++c) out.push_back(c);
-    } catch (...) {
-      // Not a number: ignore the part (locality is advisory).
-    }
-    if (comma == std::string_view::npos) break;
-    i = comma + 1;
-  }
-  return out;
-}
-
-std::string join_ids(const std::vector<int>& ids) {
-  std::string out;
-  for (int id : ids) {
-    if (!out.empty()) out += ',';
-    out += std::to_string(id);
-  }
-  return out;
+  return detect::format_cpulist(cpus);
 }
 
 // "ranks 2-3" / "rank 2" for messages.
@@ -576,7 +537,7 @@ Result<Plan> plan(const JobSpec& spec, const std::vector<HostSlots>& hosts) {
             const detect::Accelerator* a = device_of(d);
             if (a && a->numa) nodes.insert(*a->numa);
             else if (a && a->cpus) {
-              auto v = parse_cpu_list(*a->cpus);
+              auto v = detect::parse_cpulist(*a->cpus).value_or(std::vector<int>{});
               near_cpus.insert(near_cpus.end(), v.begin(), v.end());
             } else unknown = true;
           }
@@ -725,7 +686,7 @@ Result<Plan> plan(const JobSpec& spec, const std::vector<HostSlots>& hosts) {
         for (const auto& d : rp.devices) {
           if (d.resource == r.name) ids.push_back(d.id);
         }
-        env.emplace(res_vars[ri].first, join_ids(ids));
+        env.emplace(res_vars[ri].first, detect::join_ids(ids));
         if (const detect::Provider* p = provider_of[ri]) {
           std::vector<int> visible = ids;
           if (spec.visible_devices == Visibility::kNode) {

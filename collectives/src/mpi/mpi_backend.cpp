@@ -34,19 +34,6 @@ std::string mpi_error_text(int rc) {
   return std::string(buf, static_cast<std::size_t>(len));
 }
 
-std::size_t element_size(DType dt) {
-  switch (dt) {
-    case DType::kInt8:
-    case DType::kUInt8: return 1;
-    case DType::kFloat16:
-    case DType::kBFloat16: return 2;
-    case DType::kInt32:
-    case DType::kFloat32: return 4;
-    case DType::kInt64:
-    case DType::kFloat64: return 8;
-  }
-  return 0;
-}
 
 // float16 and bfloat16 have no MPI type: they travel as 2-byte contiguous
 // types and reduce through MPI_Op_create ops that call reduce_into.  A user
@@ -262,7 +249,7 @@ class MpiBackend final : public Backend {
   Status allgather(const void* send, void* recv, std::size_t count_per_rank, DType dt,
                    void* stream) override {
     ACCRUN_RETURN_IF_ERROR(check("allgather", count_per_rank * static_cast<std::size_t>(size_), stream));
-    const std::size_t esz = element_size(dt);
+    const std::size_t esz = dtype_size(dt);
     const char* my_slot = static_cast<const char*>(recv) + static_cast<std::size_t>(rank_) * count_per_rank * esz;
     // In place (NCCL's convention): the input already sits in this rank's slot.
     const void* sb = send == my_slot ? MPI_IN_PLACE : send;
@@ -281,7 +268,7 @@ class MpiBackend final : public Backend {
   Status reducescatter(const void* send, void* recv, std::size_t recv_count, DType dt, Op op,
                        void* stream) override {
     ACCRUN_RETURN_IF_ERROR(check("reducescatter", recv_count * static_cast<std::size_t>(size_), stream));
-    const std::size_t esz = element_size(dt);
+    const std::size_t esz = dtype_size(dt);
     const int n = static_cast<int>(recv_count);
     MPI_Datatype t = to_mpi_type(dt, half_);
     MPI_Op o = to_mpi_op(op, dt, half_);

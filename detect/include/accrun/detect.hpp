@@ -163,6 +163,14 @@ Result<std::vector<std::pair<std::string, Quantity>>> parse_resource_list(std::s
 // safe to call from several threads with distinct configs.
 Result<Inventory> detect_host(const DetectConfig& config);
 
+// hwloc list strings, as sysfs and accrun's JSON write CPU sets.  Pure.
+// "0-3,8" → {0,1,2,3,8}, sorted and unique; nullopt when malformed.
+std::optional<std::vector<int>> parse_cpulist(std::string_view text);
+// Sorted ids {0,1,2,3,8} → "0-3,8".
+std::string format_cpulist(const std::vector<int>& ids);
+// {0,1,3} → "0,1,3" (the form of the visible-devices variables).
+std::string join_ids(const std::vector<int>& ids);
+
 // `accrun --detect` output: a readable table, and DESIGN.md §9's JSON (one
 // line, newline-terminated).  Pure; thread-safe.
 std::string format_table(const std::vector<Inventory>& hosts);
