@@ -136,6 +136,14 @@ Result<Inventory> detect_host(const DetectConfig& config) {
   // Locality, model and UUID from hwloc where sysfs had none.  Only an XML
   // file or the real root describe the same devices as the scan.
   const bool same_machine = topo->from_xml || internal::SysRoot(config.sysfs_root).path("").empty();
+  const bool lacks_locality = std::any_of(inv.accelerators.begin(), inv.accelerators.end(),
+                                          [](const Accelerator& a) { return a.pci && (!a.numa || !a.cpus); });
+  if (same_machine && !topo->from_xml && lacks_locality) {
+    // Only now pay for hwloc's PCI discovery on the real host.
+    auto with_io = internal::load_topology(config, /*with_io=*/true);
+    if (!with_io) return with_io.status();
+    topo = std::move(with_io);
+  }
   if (same_machine) {
     for (auto& a : inv.accelerators) {
       if (!a.pci) continue;

@@ -136,6 +136,10 @@ struct Topology {
   std::vector<std::pair<std::string, PciLocality>> pci;  // sorted by bus id
   const PciLocality* find(std::string_view bdf) const;
 };
-Result<Topology> load_topology(const DetectConfig& config);
+// Loads the host's topology: the XML file if one is configured, else this
+// machine's.  On the real host, PCI locality (I/O discovery, the slow part of
+// hwloc's load) is read only with `with_io`, for devices whose own sysfs
+// entries lack it.
+Result<Topology> load_topology(const DetectConfig& config, bool with_io = false);
 
 }  // namespace accrun::detect::internal

@@ -38,7 +38,7 @@ const PciLocality* Topology::find(std::string_view bdf) const {
   return it != pci.end() && it->first == bdf ? &it->second : nullptr;
 }
 
-Result<Topology> load_topology(const DetectConfig& config) {
+Result<Topology> load_topology(const DetectConfig& config, bool with_io) {
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) return system_error("hwloc_topology_init");
   TopologyPtr topo(raw);
@@ -57,7 +57,7 @@ Result<Topology> load_topology(const DetectConfig& config) {
     hwloc_topology_set_type_filter(raw, HWLOC_OBJ_PCI_DEVICE, HWLOC_TYPE_FILTER_KEEP_ALL);
     hwloc_topology_set_type_filter(raw, HWLOC_OBJ_OS_DEVICE, HWLOC_TYPE_FILTER_KEEP_ALL);
     hwloc_topology_set_type_filter(raw, HWLOC_OBJ_BRIDGE, HWLOC_TYPE_FILTER_KEEP_NONE);
-  } else if (SysRoot(config.sysfs_root).path("").empty()) {
+  } else if (with_io && SysRoot(config.sysfs_root).path("").empty()) {
     // The real host: PCI locality is a fallback for devices whose sysfs
     // entries lack it.  Under another root (a container's view of the host,
     // the tests) hwloc's PCI devices would be this machine's, not the
