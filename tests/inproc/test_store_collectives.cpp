@@ -2,8 +2,10 @@
 // out-of-place × world sizes 1, 2, 3, 4, 8, with inputs whose result is
 // exactly known.  Counts cover the one-round path (1, 7, 1000 elements), the
 // reduce-scatter + allgather path (6000) and, separately, messages of 4 MiB and more.
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "store_harness.hpp"
@@ -161,6 +163,31 @@ TEST_P(StoreWorld, BarrierOrdersEveryRank) {
 
 INSTANTIATE_TEST_SUITE_P(Sizes, StoreWorld, ::testing::Values(1, 2, 3, 4, 8),
                          [](const auto& info) { return "ranks" + std::to_string(info.param); });
+
+// Broadcast roots run ahead of their readers through the broadcast rings:
+// while one rank stalls, the others broadcast (from rotating roots, small
+// and chunked messages alternating) far more chunks than either ring holds;
+// the stalled rank must still receive every call's own data.
+TEST(StoreBroadcast, RootsRunAheadOfAStalledReader) {
+  World w;
+  w.run(spec("runahead", 4), [&](int r, Backend& b) {
+    for (int staller = 0; staller < 4; ++staller) {
+      if (r == staller) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      for (int j = 0; j < 300; ++j) {
+        const int i = staller * 1000 + j;
+        const int root = (staller + 1 + j % 3) % 4;
+        const std::size_t count = j % 2 == 0 ? 5000 : 3 + j % 5;  // 20 KB: two chunks
+        std::vector<std::int32_t> buf(count, r == root ? i : -1);
+        buf[count - 1] = r == root ? i * 3 : -2;
+        ASSERT_TRUE(b.broadcast(buf.data(), count, DType::kInt32, root, nullptr).is_ok());
+        ASSERT_EQ(buf[0], i) << "call " << i << " at rank " << r;
+        ASSERT_EQ(buf[count - 2], i) << "call " << i << " at rank " << r;
+        ASSERT_EQ(buf[count - 1], i * 3) << "call " << i << " at rank " << r;
+      }
+    }
+    ASSERT_TRUE(b.barrier().is_ok());
+  });
+}
 
 // 4 MiB and more: allreduce, broadcast and allgather across many chunks.
 TEST(StoreLarge, FourMiBAndMore) {

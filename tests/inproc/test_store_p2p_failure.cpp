@@ -187,6 +187,37 @@ TEST(StoreFailure, DeadPeerMidCollectiveIsRemoteNamingIt) {
   }
 }
 
+TEST(StoreFailure, BroadcastRunningAheadOfADeadReaderIsRemote) {
+  // The root may run ahead of a reader only as far as the broadcast ring:
+  // with group rank 2 gone, the root's calls (and the other reader's) fail
+  // with kRemote naming it, well within 5 s, instead of running on or hanging.
+  World w;
+  GroupSpec g = spec("deadreader", 3, -1, {5, 6, 7});
+  std::thread reporter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    w.peers.fail(7, "rank 7 on host localhost was killed by signal 9");
+  });
+  w.run(g, [&](int r, Backend& b) {
+    if (r == 2) return;  // "dies"
+    const auto start = Clock::now();
+    Status s;
+    std::int64_t v = 0;
+    for (int i = 0; i < 1'000'000 && s.is_ok(); ++i) {
+      v = r == 0 ? i : -1;
+      s = b.broadcast(&v, 1, DType::kInt64, 0, nullptr);
+      if (s.is_ok()) {
+        ASSERT_EQ(v, i);
+      }
+    }
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+    EXPECT_EQ(s.code(), Code::kRemote) << s.message();
+    if (r == 0) {
+      EXPECT_NE(s.message().find("job rank 7"), std::string::npos) << s.message();
+    }
+  });
+  reporter.join();
+}
+
 TEST(StoreFailure, RankThatGaveUpStopsTheOthers) {
   // Rank 1 times out waiting for rank 2 (alive but stuck elsewhere); rank 0,
   // waiting on rank 1 with no timeout, learns of it at once.
@@ -318,6 +349,9 @@ TEST(StoreTuning, TinyHalvesAndRingsStillGiveExactResults) {
   t.allgather_chunk = 768;
   t.ring_bytes = 4096;
   t.cma_min = 1024;  // 5000 elements take the cross-memory-attach paths
+  t.bcast_cma_min = 1024;
+  t.bcast_small_slots = 3;  // broadcast rings wrap many times
+  t.bcast_slots = 3;
   for (bool cma : {false, true}) {
   t.cma = cma;
   MemRendezvous rv;

@@ -6,6 +6,8 @@
 //   slots[size][2][half_bytes]  per rank: two halves, used alternately
 //   RingCtrl[size*size]         per ordered pair (src, dst): head/tail
 //   rings[size*size][ring]      per ordered pair: a byte ring of frames
+//   bring[2][slots]             group-wide broadcast rings (small, chunked):
+//                               each slot a seq line + data
 //
 // Collectives run as a sequence of rounds.  In a round a rank may write into
 // its own current half, then publishes (seq += 1, release); readers wait for
@@ -15,6 +17,18 @@
 // reached the value it published first after the earlier round — a rank
 // publishes that only after finishing its reads — so no extra
 // synchronisation is needed and consecutive rounds pipeline.
+//
+// Broadcast (below bcast_cma_min, or without CMA) streams through one of two
+// group-wide rings instead: messages up to bcast_small_max use a deep ring
+// of small slots, larger ones go chunk by chunk through a ring of
+// bcast_chunk slots.  Every rank counts each ring's chunks (`step`)
+// identically; chunk t goes to slot t % slots, stamped t + 1.  The root of
+// chunk t may overwrite that slot only once every rank's `bc_done` for that
+// ring (chunks it has finished) reaches t - slots + 1.
+// So a root runs up to `slots` chunks ahead of its slowest reader, like an
+// eager send, instead of two rounds: with more ranks than cores each call no
+// longer costs a context switch.  It publishes nothing on `seq`, so the
+// rounds of the other collectives stay in step.
 //
 // Send/recv: frames [len, kind, id] + payload in the pair's ring; a message
 // that does not fit the free space is written to a side file in shm_dir and
@@ -94,6 +108,17 @@ struct alignas(128) Ctrl {
   char reason[240];
   std::uint64_t probe_addr;        // an address in this process holding its pid (CMA probe)
   std::atomic<std::uint32_t> cma;  // 1: this rank can read its peer's memory, 2: it cannot
+  // Broadcast ring chunks this rank has finished with, per ring (its own
+  // line: the owner writes it once per chunk, roots read it before reusing
+  // a slot).
+  alignas(64) std::atomic<std::uint64_t> bc_done[2];
+};
+
+// One slot of a broadcast ring: a chunk of at most kBoxBytes lies in the
+// line that carries its stamp, a larger one in the data that follows.
+struct alignas(64) BSlot {
+  std::atomic<std::uint64_t> seq;  // chunk number + 1 of the chunk it holds
+  char inline_data[kBoxBytes];
 };
 
 struct alignas(128) RingCtrl {
@@ -210,7 +235,18 @@ class StoreBackend final : public Backend {
     slots_off_ = round_up(ctrl_off_ + p * sizeof(Ctrl), kPage);
     rctrl_off_ = slots_off_ + p * 2 * half_;
     rings_off_ = round_up(rctrl_off_ + p * p * sizeof(RingCtrl), kPage);
-    const std::size_t total = rings_off_ + p * p * ring_bytes_;
+    std::size_t end = rings_off_ + p * p * ring_bytes_;
+    const std::size_t ring_data[2] = {tun_.bcast_small_max, tun_.bcast_chunk};
+    const std::size_t ring_slots[2] = {tun_.bcast_small_slots, tun_.bcast_slots};
+    for (int i = 0; i < 2; ++i) {
+      BRing& r = bring_[i];
+      r.data = round_up(std::max<std::size_t>(ring_data[i], 64), 64);
+      r.stride = sizeof(BSlot) + r.data;
+      r.slots = std::max<std::size_t>(ring_slots[i], 2);
+      r.off = round_up(end, kPage);
+      end = r.off + r.slots * r.stride;
+    }
+    const std::size_t total = round_up(end, kPage);
     const auto deadline = Clock::now() + std::chrono::milliseconds(setup_timeout_ms);
 
     if (rank_ == 0) {
@@ -310,6 +346,8 @@ class StoreBackend final : public Backend {
     volatile char sink = 0;
     for (int q = 0; q < size_; ++q)
       for (std::size_t off = 0; off < 2 * half_; off += kPage) sink = sink + slot(q, 0)[off];
+    for (const BRing& r : bring_)
+      for (std::size_t off = 0; off < r.slots * r.stride; off += kPage) sink = sink + seg_.data()[r.off + off];
     (void)sink;
     use_cma_ = tun_.cma && size_ > 1;
     for (int q = 0; q < size_; ++q)
@@ -479,7 +517,7 @@ class StoreBackend final : public Backend {
     ACCRUN_RETURN_IF_ERROR(check_buffers(buf, buf, count, ds));
     if (count == 0 || size_ == 1) return Status::ok();
     char* data = static_cast<char*>(buf);
-    if (use_cma_ && count * ds >= tun_.cma_min) {
+    if (use_cma_ && count * ds >= tun_.bcast_cma_min) {
       // Single copy: every other rank reads the root's buffer directly; the
       // root returns once all have read it.
       const int h = begin_round(rank_ == root);
@@ -500,34 +538,29 @@ class StoreBackend final : public Backend {
       end_round();
       return Status::ok();
     }
-    if (count * ds <= kBoxBytes) {
-      const int h = begin_round(rank_ == root);
-      if (!ok_) return broken_;
+    // Chunks stream through the broadcast ring (see the top of the file).
+    const std::size_t bytes = count * ds;
+    const int which = bytes <= bring_[0].data ? 0 : 1;
+    BRing& r = bring_[which];
+    const std::size_t chunk = std::max<std::size_t>(1, r.data / ds) * ds;
+    std::atomic<std::uint64_t>& done = ctrl(rank_).bc_done[which];
+    for (std::size_t off = 0; off < bytes; off += chunk) {
+      const std::size_t n = std::min(chunk, bytes - off);
+      const std::uint64_t t = r.step++;
+      BSlot* s = r.slot(seg_.data(), t);
+      char* d = n <= kBoxBytes ? s->inline_data : reinterpret_cast<char*>(s) + sizeof(BSlot);
       if (rank_ == root) {
-        std::memcpy(box(root, h), data, count * ds);
-        publish_box(h);
+        if (t >= r.slots) ACCRUN_RETURN_IF_ERROR(guard(wait_bc_done(which, t - r.slots + 1)));
+        std::memcpy(d, data + off, n);
+        s->seq.store(t + 1, std::memory_order_release);
       } else {
-        const std::uint64_t v = publish();
-        ACCRUN_RETURN_IF_ERROR(guard(wait_box(root, h, v)));
-        std::memcpy(data, box(root, h), count * ds);
+        if (s->seq.load(std::memory_order_acquire) < t + 1) {
+          ACCRUN_RETURN_IF_ERROR(guard(wait_until([&] { return s->seq.load(std::memory_order_acquire) >= t + 1; },
+                                                  [&] { return check_peer(root); }, deadline_from_now(), op_)));
+        }
+        std::memcpy(data + off, d, n);
       }
-      end_round();
-      return Status::ok();
-    }
-    // The root copies each chunk into its half once; the others copy it out
-    // while the root fills the next one.
-    const std::size_t chunk = chunk_elems(tun_.bcast_chunk, ds);
-    for (std::size_t off = 0; off < count; off += chunk) {
-      const std::size_t n = std::min(chunk, count - off);
-      const int h = begin_round(rank_ == root);
-      if (!ok_) return broken_;
-      if (rank_ == root) std::memcpy(slot(root, h), data + off * ds, n * ds);
-      const std::uint64_t v = publish();
-      if (rank_ != root) {
-        ACCRUN_RETURN_IF_ERROR(guard(wait_one(root, v)));
-        std::memcpy(data + off * ds, slot(root, h), n * ds);
-      }
-      end_round();
+      done.store(t + 1, std::memory_order_release);
     }
     return Status::ok();
   }
@@ -913,6 +946,29 @@ class StoreBackend final : public Backend {
     if (s) known_min_ = std::max(known_min_, v);
     return s;
   }
+  // Waits until every rank has finished broadcast chunk v - 1.
+  Status wait_bc_done(int which, std::uint64_t v) {
+    std::uint64_t& known = bring_[which].known_min;
+    if (known >= v) return Status::ok();
+    int first = 0;
+    auto done = [&] {
+      while (first < size_ && ctrl(first).bc_done[which].load(std::memory_order_acquire) >= v) ++first;
+      return first == size_;
+    };
+    if (!done()) {
+      Status s = wait_until(done, [&]() -> Status {
+        for (int q = first; q < size_; ++q)
+          if (ctrl(q).bc_done[which].load(std::memory_order_acquire) < v) ACCRUN_RETURN_IF_ERROR(check_peer(q));
+        return Status::ok();
+      }, deadline_from_now(), op_);
+      if (!s) return s;
+    }
+    // Remember the true minimum: later roots skip the scan while it covers them.
+    std::uint64_t lo = UINT64_MAX;
+    for (int q = 0; q < size_; ++q) lo = std::min(lo, ctrl(q).bc_done[which].load(std::memory_order_acquire));
+    known = std::max(known, lo);
+    return Status::ok();
+  }
   Status wait_box(int q, int h, std::uint64_t v) {
     const auto& c = ctrl(q).box[h].seq;
     if (c.load(std::memory_order_acquire) >= v) return Status::ok();
@@ -1045,6 +1101,16 @@ class StoreBackend final : public Backend {
   std::uint64_t round_ = 0;        // data rounds so far; the half is round_ & 1
   std::uint64_t reuse_need_[2] = {0, 0};
   std::uint64_t known_min_ = 0;    // every rank's seq is known to be at least this
+  // The broadcast rings: 0 for messages up to bcast_small_max, 1 chunked.
+  struct BRing {
+    std::size_t off = 0, data = 0, stride = 0, slots = 0;  // geometry in the segment
+    std::uint64_t step = 0;       // chunks through this ring so far (the same on every rank)
+    std::uint64_t known_min = 0;  // every rank's bc_done for it is known to be at least this
+    BSlot* slot(char* base, std::uint64_t t) const {
+      return reinterpret_cast<BSlot*>(base + off + static_cast<std::size_t>(t % slots) * stride);
+    }
+  };
+  BRing bring_[2];
   const char* op_ = "setup";
   bool ok_ = true;
   bool use_cma_ = false;           // every member can read every other's memory

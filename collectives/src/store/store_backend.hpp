@@ -10,20 +10,31 @@
 namespace accrun::collectives::store {
 
 // Sizes in bytes.  Defaults were measured on a 2-core AMD EPYC VM
-// (benchmarks/README.md); every chunk is at most half_bytes.
+// (benchmarks/README.md); every chunk but bcast_chunk is at most half_bytes.
 struct Tuning {
   std::size_t half_bytes = 256 * 1024;         // each rank's slot is two halves (double buffering)
   std::size_t allreduce_small_max = 16 * 1024; // up to this, every rank reduces every slot
   std::size_t allreduce_chunk = 64 * 1024;     // above it: reduce-scatter + allgather per chunk
-  std::size_t bcast_chunk = 64 * 1024;
+  // Broadcasts below bcast_cma_min (all, without CMA) stream through
+  // group-wide rings: up to bcast_small_max bytes a ring of bcast_small_slots
+  // slots, above it chunks through a ring of bcast_slots slots of
+  // bcast_chunk bytes.  A root runs up to that many chunks ahead of its
+  // slowest reader.
+  std::size_t bcast_small_max = 1024;
+  std::size_t bcast_small_slots = 128;
+  std::size_t bcast_chunk = 16 * 1024;
+  std::size_t bcast_slots = 32;
   std::size_t allgather_chunk = 64 * 1024;     // per rank and round
   std::size_t ring_bytes = 0;                  // per ordered pair; 0: by group size (64 KiB … 1 MiB)
   int spin_ns = 50'000;                        // busy-poll this long before yielding (not oversubscribed)
-  // From this size, allreduce/reduce/broadcast/allgather read the peers' user
+  // From this size, allreduce and allgather read the peers' user
   // buffers directly with process_vm_readv (single copy, three
   // synchronisations per call) when every member can (checked at setup).
   std::size_t cma_min = 256 * 1024;
   bool cma = true;
+  // Broadcast only: the rings beat single-copy reads through 4 MiB here
+  // (benchmarks/README.md), so CMA is kept for larger messages.
+  std::size_t bcast_cma_min = 16u << 20;
 };
 
 Result<std::unique_ptr<Backend>> make_store_backend_tuned(const GroupContext& ctx, const Tuning& tuning);
