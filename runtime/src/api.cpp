@@ -7,16 +7,18 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
-#include <set>
 #include <shared_mutex>
 #include <string>
+#include <vector>
 
 #include "accrun/accrun.h"
 #include "accrun/backend.hpp"
@@ -36,7 +38,14 @@ using accrun::Status;
 namespace coll = accrun::collectives;
 namespace rt = accrun::runtime;
 
+// A group handle.  Handles stay allocated until accrun_finalize, so a call
+// on a destroyed group reads a valid handle and fails cleanly; the magic
+// number catches most pointers that never were a handle.  Checking them
+// costs no lock, which keeps the C layer's cost per call small.
 struct accrun_group_s {
+  static constexpr std::uint64_t kMagic = 0x61636372756e6770ull;  // "accrungp"
+  std::uint64_t magic = kMagic;
+  std::atomic<bool> live{true};  // false once accrun_group_destroy has begun
   std::shared_ptr<rt::Group> group;
 };
 
@@ -65,19 +74,18 @@ struct Runtime {
   bool remove_shm_dir = false;  // a directory this process made (lone process)
   std::unique_ptr<rt::ObjectStore> store;
   std::unique_ptr<rt::GroupManager> groups;
-  std::mutex live_mu;
-  std::set<accrun_group_s*> live;
+  std::mutex handles_mu;                                  // guards `handles`
+  std::vector<std::unique_ptr<accrun_group_s>> handles;  // every handle made, live or not
   CudaPointerGetAttributesFn cuda_attrs = nullptr;
   CudaGetLastErrorFn cuda_last_error = nullptr;
 
   ~Runtime() {
     // Backends first (they use the directory and peers), then the store,
     // then PMIx, then the private directory.
-    for (auto* h : live) {
-      (void)groups->destroy(*h->group);
-      delete h;
+    for (auto& h : handles) {
+      if (h->live.exchange(false)) (void)groups->destroy(*h->group);
     }
-    live.clear();
+    handles.clear();
     groups.reset();
     store.reset();
     (void)coll::mpi_finalize_owned();
@@ -250,9 +258,12 @@ Status check_op(int op) {
     return accrun::invalid_argument("op " + std::to_string(op) + " is not an accrun_op_t");
   return Status::ok();
 }
-std::size_t dtype_bytes(int dt) {
-  static constexpr std::size_t kSizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
-  return kSizes[dt];
+// The largest element count of a buffer whose byte size still leaves room to
+// double it, per dtype (no division on the per-call path).
+std::size_t max_count(int dt) {
+  static constexpr std::size_t kMax[] = {SIZE_MAX / 2, SIZE_MAX / 2, SIZE_MAX / 8, SIZE_MAX / 16,
+                                         SIZE_MAX / 4, SIZE_MAX / 4, SIZE_MAX / 8, SIZE_MAX / 16};
+  return kMax[dt];
 }
 
 // Holds the runtime (shared) and the group's call lock while a call runs, so
@@ -262,15 +273,14 @@ Status with_group(accrun_group_t g, F&& f) {
   if (g == nullptr) return accrun::invalid_argument("group is NULL");
   std::shared_lock state(g_state_mu);
   if (g_runtime == nullptr) return not_initialised();
-  std::shared_ptr<rt::Group> grp;
-  {
-    std::lock_guard lock(g_runtime->live_mu);
-    if (g_runtime->live.count(g) == 0) return accrun::invalid_argument("not a live group (destroyed already?)");
-    grp = g->group;
-  }
-  std::lock_guard call(grp->call_mu);
-  if (!grp->backend) return accrun::invalid_usage("group '" + grp->name + "' is being destroyed");
-  return f(*g_runtime, *grp);
+  if (g->magic != accrun_group_s::kMagic) return accrun::invalid_argument("not a group handle");
+  if (!g->live.load(std::memory_order_acquire))
+    return accrun::invalid_argument("not a live group (destroyed already?)");
+  rt::Group& grp = *g->group;
+  std::lock_guard call(grp.call_mu);
+  // A destroy that began after the check above has finished by now.
+  if (!grp.backend) return accrun::invalid_usage("group '" + grp.name + "' is being destroyed");
+  return f(*g_runtime, grp);
 }
 
 struct Buf {
@@ -287,7 +297,7 @@ Status check_data(const Runtime& r, const rt::Group& g, int dt, std::initializer
     return accrun::invalid_argument(std::string("stream must be NULL on a ") +
                                     coll::backend_name(g.kind) + " group (streams are for NCCL groups)");
   for (const Buf& b : bufs) {
-    if (b.count > SIZE_MAX / dtype_bytes(dt) / 2)
+    if (b.count > max_count(dt))
       return accrun::invalid_argument(std::string(b.what) + ": count " + std::to_string(b.count) + " is too large");
     if (b.count > 0 && b.ptr == nullptr) return accrun::invalid_argument(std::string(b.what) + " is NULL");
     if (!nccl && b.ptr != nullptr && r.cuda_attrs != nullptr) {
@@ -421,10 +431,11 @@ ACCRUN_API int accrun_group_init(const char* name, int world_size, int rank, acc
     if (g_runtime == nullptr) return not_initialised();
     auto g = g_runtime->groups->create(name, world_size, rank, requested);
     if (!g) return g.status();
-    auto* h = new accrun_group_s{std::move(g).value()};
-    std::lock_guard lock(g_runtime->live_mu);
-    g_runtime->live.insert(h);
-    *group = h;
+    auto h = std::make_unique<accrun_group_s>();
+    h->group = std::move(g).value();
+    *group = h.get();
+    std::lock_guard lock(g_runtime->handles_mu);
+    g_runtime->handles.push_back(std::move(h));
     return Status::ok();
   });
 }
@@ -460,13 +471,10 @@ ACCRUN_API int accrun_group_destroy(accrun_group_t g) {
     if (g == nullptr) return accrun::invalid_argument("group is NULL");
     std::shared_lock state(g_state_mu);
     if (g_runtime == nullptr) return not_initialised();
-    {
-      std::lock_guard lock(g_runtime->live_mu);
-      if (g_runtime->live.erase(g) == 0) return accrun::invalid_argument("not a live group (destroyed already?)");
-    }
-    std::unique_ptr<accrun_group_s> h(g);
-    std::lock_guard call(h->group->call_mu);  // waits for a call in progress
-    return g_runtime->groups->destroy(*h->group);
+    if (g->magic != accrun_group_s::kMagic) return accrun::invalid_argument("not a group handle");
+    if (!g->live.exchange(false)) return accrun::invalid_argument("not a live group (destroyed already?)");
+    std::lock_guard call(g->group->call_mu);  // waits for a call in progress
+    return g_runtime->groups->destroy(*g->group);
   });
 }
 
