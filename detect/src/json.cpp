@@ -6,32 +6,13 @@
 #include <memory>
 #include <variant>
 
+#include "accrun/json.hpp"
 #include "internal.hpp"
 
 namespace accrun::detect {
 namespace {
 
-void put_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-}
+void put_string(std::string& out, std::string_view s) { accrun::append_json_string(out, s); }
 
 void put_opt(std::string& out, const std::optional<std::string>& s) {
   if (s) put_string(out, *s);

@@ -4,42 +4,13 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "accrun/json.hpp"
 #include "accrun/plan.hpp"
 
 namespace accrun::launcher {
 namespace {
 
-inline bool needs_escape(char c) { return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20; }
-
-void append_json_string(std::string& out, const std::string& s) {
-  out += '"';
-  // Almost every string needs no escaping: copy it whole.
-  bool plain = true;
-  for (char c : s) plain &= !needs_escape(c);
-  if (plain) {
-    out += s;
-    out += '"';
-    return;
-  }
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-}
+using accrun::append_json_string;
 
 // "GPU 0 (0.5)", "GPU 0,1", "TPU 0-3; HPU 2".
 std::string devices_text(const RankPlan& r) {

@@ -208,16 +208,24 @@ class ExactSuite {
             [&](std::size_t i) { return value(static_cast<int>(i / n), i % n); });
   }
 
-  // Rank 0 arrives late: every other rank must leave the barrier after it.
+  // Rank 0 arrives late: no rank may leave the barrier before rank 0 entered
+  // it.  The ranks share one host and so one steady clock; rank 0's entry
+  // time is broadcast afterwards, so a rank the scheduler delays cannot make
+  // the check fail.
   void barrier() {
     using Clock = std::chrono::steady_clock;
     ok(b_.barrier(), label_ + " barrier (warm-up)");
-    const auto t0 = Clock::now();
-    if (rank_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    std::int64_t entered = 0;
+    if (rank_ == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));
+      entered = Clock::now().time_since_epoch().count();
+    }
     if (!ok(b_.barrier(), label_ + " barrier")) return;
-    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+    const std::int64_t left = Clock::now().time_since_epoch().count();
+    if (!ok(b_.broadcast(&entered, 1, DType::kInt64, 0, nullptr), label_ + " barrier (entry time)")) return;
     ++checks_;
-    if (waited < 50) fail(label_ + " barrier: left after " + std::to_string(waited) + " ms, before rank 0 arrived (60 ms)");
+    if (left < entered)
+      fail(label_ + " barrier: left " + std::to_string((entered - left) / 1000) + " us before rank 0 entered it");
   }
 
   // Blocking send/recv in pairs (0→1, 2→3, ...), outside any bracket.
