@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "internal.hpp"
+#include "accrun/strings.hpp"
 
 namespace accrun::detect::internal {
 
@@ -103,17 +104,9 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b));
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
+std::string lower(std::string_view s) { return ascii_lower(s); }
 
-std::string upper(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return out;
-}
+std::string upper(std::string_view s) { return ascii_upper(s); }
 
 std::vector<std::string> split(std::string_view s, char sep) {
   std::vector<std::string> out;

@@ -1,5 +1,6 @@
 // Hostfiles and host lists: the grammar of accrun-hostfile(5).
 #include "accrun/hostfile.hpp"
+#include "accrun/strings.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -20,11 +21,7 @@ namespace {
 // node[1-100000000] is refused instead of eating memory.
 constexpr std::size_t kMaxExpansion = 1'000'000;
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
+std::string lower(std::string_view s) { return accrun::ascii_lower(s); }
 
 bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 

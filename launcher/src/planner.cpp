@@ -14,6 +14,7 @@
 
 #include "accrun/detect.hpp"
 #include "accrun/plan.hpp"
+#include "accrun/strings.hpp"
 
 namespace accrun::launcher {
 namespace {
@@ -27,16 +28,10 @@ constexpr int kMaxRanks = 1 << 22;
 // chips each need their own.
 constexpr int kTpuMeshControllerPort = 8476;
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-std::string upper(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return out;
-}
+using accrun::ascii_lower;
+using accrun::ascii_upper;
+std::string lower(std::string_view s) { return ascii_lower(s); }
+std::string upper(std::string_view s) { return ascii_upper(s); }
 
 // "0-3,8" from a set of CPU numbers, in any order.
 std::string cpu_list(std::vector<int> cpus) {

@@ -23,6 +23,7 @@
 #include "accrun/accrun.h"
 #include "accrun/backend.hpp"
 #include "accrun/log.hpp"
+#include "accrun/strings.hpp"
 #include "config.hpp"
 #include "directory.hpp"
 #include "groups.hpp"
@@ -125,11 +126,7 @@ int boundary(const char* fn, F&& f) noexcept {
 
 Status not_initialised() { return accrun::invalid_usage("accrun_init has not been called"); }
 
-std::string upper(const char* s) {
-  std::string u(s);
-  for (auto& c : u) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return u;
-}
+std::string upper(const char* s) { return accrun::ascii_upper(s); }
 
 Result<std::string> make_private_dir(const std::string& tag) {
   std::string base = "/dev/shm";
