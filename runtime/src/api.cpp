@@ -5,10 +5,12 @@
 // runtime state is the one global of libaccrun, kept in this file behind a
 // shared mutex: calls take it shared, accrun_init/accrun_finalize exclusive.
 #include <dlfcn.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -128,13 +130,41 @@ Status not_initialised() { return accrun::invalid_usage("accrun_init has not bee
 
 std::string upper(const char* s) { return accrun::ascii_upper(s); }
 
-Result<std::string> make_private_dir(const std::string& tag) {
-  std::string base = "/dev/shm";
-  if (::access(base.c_str(), W_OK) != 0) {
-    const char* t = std::getenv("TMPDIR");  // only where /dev/shm is missing
-    base = t != nullptr && *t != '\0' ? t : "/tmp";
+// The private directory of a process that has no launcher's: named
+// accrun.<uid>.<tag>.<pid>.XXXXXX under /dev/shm, so that one left by a
+// process killed before accrun_finalize can be recognised and removed by the
+// next process that makes one.
+std::string private_dir_base() {
+  if (::access("/dev/shm", W_OK) == 0) return "/dev/shm";
+  const char* t = std::getenv("TMPDIR");  // only where /dev/shm is missing
+  return t != nullptr && *t != '\0' ? t : "/tmp";
+}
+
+std::string private_dir_prefix(const std::string& tag) {
+  return "accrun." + std::to_string(::getuid()) + "." + tag + ".";
+}
+
+// Removes the directories of this tag whose process no longer exists.
+void remove_dead_private_dirs(const std::string& base, const std::string& tag) {
+  const std::string prefix = private_dir_prefix(tag);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(base, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    char* end = nullptr;
+    long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+    if (pid <= 0 || end == nullptr || *end != '.') continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    std::filesystem::remove_all(e.path(), rm);
+    if (!rm) accrun::log(accrun::LogLevel::kDebug, "removed %s, left by process %ld", e.path().c_str(), pid);
   }
-  std::string tmpl = base + "/accrun." + std::to_string(::getuid()) + "." + tag + ".XXXXXX";
+}
+
+Result<std::string> make_private_dir(const std::string& tag) {
+  std::string base = private_dir_base();
+  remove_dead_private_dirs(base, tag);
+  std::string tmpl = base + "/" + private_dir_prefix(tag) + std::to_string(::getpid()) + ".XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   if (::mkdtemp(buf.data()) == nullptr) return accrun::system_error("mkdtemp " + tmpl);

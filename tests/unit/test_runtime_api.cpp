@@ -1,8 +1,10 @@
 // The C API in a lone process (no launcher): a job of one rank.  Each test
 // runs in its own process (gtest_discover_tests), so init state is fresh.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -14,9 +16,15 @@
 
 namespace {
 
+std::string lone_prefix(pid_t pid) {
+  return "accrun." + std::to_string(getuid()) + ".lone." + std::to_string(pid) + ".";
+}
+
+// This process's private directories (tests run in parallel, each in its
+// own process, so another process's directories come and go meanwhile).
 std::set<std::string> lone_dirs() {
   std::set<std::string> out;
-  std::string prefix = "accrun." + std::to_string(getuid()) + ".lone.";
+  std::string prefix = lone_prefix(getpid());
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
     if (e.path().filename().string().rfind(prefix, 0) == 0) out.insert(e.path().string());
@@ -73,6 +81,27 @@ TEST(RuntimeApi, LoneProcessIsAJobOfOne) {
   // Init again after finalize works.
   ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS) << accrun_last_error();
   EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
+}
+
+TEST(RuntimeApi, DirectoryOfADeadLoneProcessIsRemovedAtTheNextInit) {
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);  // its pid is now free
+  std::filesystem::path dead = "/dev/shm/" + lone_prefix(child) + "Xq3zLm";
+  std::filesystem::path alive = "/dev/shm/" + lone_prefix(getppid()) + "Xq3zLm";
+  for (const auto& d : {dead, alive}) {
+    std::filesystem::create_directories(d / "objects");
+    std::FILE* f = std::fopen((d / "objects" / "o").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fclose(f);
+  }
+  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS) << accrun_last_error();
+  EXPECT_FALSE(std::filesystem::exists(dead));
+  EXPECT_TRUE(std::filesystem::exists(alive));  // its process still runs
+  EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
+  std::filesystem::remove_all(alive);
 }
 
 TEST(RuntimeApi, GroupArgumentErrors) {
