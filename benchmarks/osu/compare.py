@@ -38,6 +38,8 @@ def parse_ratios(out):
         if line.startswith("# ratio"):
             in_ratio = True
             continue
+        if line.startswith("# difference"):
+            break
         if in_ratio and not line.startswith("#"):
             f = line.split()
             if len(f) >= 2 and re.match(r"^\d+$", f[0]):

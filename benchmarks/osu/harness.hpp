@@ -17,8 +17,11 @@
 namespace accrun::bench {
 
 // One backend's implementation of the measured operations.  Buffers are host
-// memory; every call returns 0 on success.  Sizes are in bytes; reductions
-// are float32 sums.
+// memory, or device memory with -d cuda; every call returns 0 on success.
+// Sizes are in bytes; reductions are float32 sums.  A backend whose calls
+// return once queued (NCCL) sets `wait`, which waits for what was queued: the
+// harness calls it after the warm-up and before it stops the clock, as
+// nccl-tests does.
 struct Impl {
   std::string name;
   std::function<int(const void* send, void* recv, std::size_t bytes)> allreduce;
@@ -28,6 +31,15 @@ struct Impl {
   std::function<int()> barrier;
   std::function<int(const void* buf, std::size_t bytes, int peer)> send;
   std::function<int(void* buf, std::size_t bytes, int peer)> recv;
+  std::function<int()> wait;  // may be empty
+};
+
+// Where the measured buffers live: host memory unless a device allocator is
+// given (-d cuda).  upload copies host bytes into a buffer from alloc.
+struct Memory {
+  std::function<void*(std::size_t bytes)> alloc;  // empty: host memory
+  std::function<void(void*)> release;
+  std::function<int(void* dst, const void* src, std::size_t bytes)> upload;
 };
 
 // The launch the benchmark runs in.
@@ -36,6 +48,7 @@ struct Env {
   int size = 1;
   std::function<double(double)> sum;  // sum of a value over every rank (collective)
   std::function<void()> sync;         // a barrier outside the measured backends
+  Memory memory;
 };
 
 struct Options {
@@ -46,13 +59,14 @@ struct Options {
   int iters_small = 1000, iters_large = 100;  // large: above 64 KiB
   int warmup_small = 100, warmup_large = 10;
   int reps = 3;                      // interleaved repetitions per size; the median is printed
-  bool cuda = false;                 // -d cuda: reserved for the NCCL backend
+  bool cuda = false;                 // -d cuda: device buffers (the nccl and raw-nccl backends)
 };
 
 inline void usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--backend B[,B...]] [-m MIN:MAX] [-i ITERS] [-x WARMUP] [-r REPS] [-d cuda]\n"
-               "  backends: store, mpi, raw-mpi (several, comma-separated, run interleaved)\n",
+               "  backends: store, mpi, raw-mpi; with -d cuda: nccl, raw-nccl\n"
+               "  (several, comma-separated, run interleaved)\n",
                argv0);
 }
 
@@ -134,27 +148,28 @@ inline double alg_bytes(const std::string& bench, std::size_t size, int n) {
 // Runs one measurement of `bench` at `size` with impl; returns the mean
 // latency in µs of this rank (for bw: MB/s).  Returns < 0 on a failed call.
 inline double measure(const std::string& bench, const Impl& im, const Env& env, const Options& o, std::size_t size,
-                      std::vector<char>& a, std::vector<char>& b) {
+                      char* a, char* b) {
   using Clock = std::chrono::steady_clock;
   const bool large = size > 64 * 1024;
   const int iters = large ? o.iters_large : o.iters_small;
   const int warm = large ? o.warmup_large : o.warmup_small;
   const int n = env.size;
   int rc = 0;
+  auto wait = [&]() -> int { return im.wait ? im.wait() : 0; };
   auto once = [&]() -> int {
-    if (bench == "allreduce") return im.allreduce(a.data(), b.data(), size);
-    if (bench == "bcast") return im.bcast(a.data(), size, 0);
-    if (bench == "allgather") return im.allgather(a.data(), b.data(), size);
-    if (bench == "reduce_scatter") return im.reduce_scatter(a.data(), b.data(), std::max<std::size_t>(4, size / n / 4 * 4));
+    if (bench == "allreduce") return im.allreduce(a, b, size);
+    if (bench == "bcast") return im.bcast(a, size, 0);
+    if (bench == "allgather") return im.allgather(a, b, size);
+    if (bench == "reduce_scatter") return im.reduce_scatter(a, b, std::max<std::size_t>(4, size / n / 4 * 4));
     if (bench == "barrier") return im.barrier();
     if (bench == "latency") {
       if (env.rank == 0) {
-        if (int r = im.send(a.data(), size, 1)) return r;
-        return im.recv(b.data(), size, 1);
+        if (int r = im.send(a, size, 1)) return r;
+        return im.recv(b, size, 1);
       }
       if (env.rank == 1) {
-        if (int r = im.recv(b.data(), size, 0)) return r;
-        return im.send(a.data(), size, 0);
+        if (int r = im.recv(b, size, 0)) return r;
+        return im.send(a, size, 0);
       }
       return 0;
     }
@@ -165,29 +180,33 @@ inline double measure(const std::string& bench, const Impl& im, const Env& env, 
     auto window = [&]() -> int {
       if (env.rank == 0) {
         for (int w = 0; w < kWindow; ++w)
-          if (int r = im.send(a.data(), size, 1)) return r;
-        return im.recv(b.data(), 4, 1);
+          if (int r = im.send(a, size, 1)) return r;
+        return im.recv(b, 4, 1);
       }
       if (env.rank == 1) {
         for (int w = 0; w < kWindow; ++w)
-          if (int r = im.recv(b.data(), size, 0)) return r;
-        return im.send(a.data(), 4, 0);
+          if (int r = im.recv(b, size, 0)) return r;
+        return im.send(a, 4, 0);
       }
       return 0;
     };
     const int bw_iters = std::max(1, iters / 10), bw_warm = std::max(1, warm / 10);
     for (int i = 0; i < bw_warm && rc == 0; ++i) rc = window();
+    if (rc == 0) rc = wait();
     env.sync();
     const auto t0 = Clock::now();
     for (int i = 0; i < bw_iters && rc == 0; ++i) rc = window();
+    if (rc == 0) rc = wait();
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (rc != 0) return -1;
     return double(size) * kWindow * bw_iters / s / 1e6;
   }
   for (int i = 0; i < warm && rc == 0; ++i) rc = once();
+  if (rc == 0) rc = wait();
   env.sync();
   const auto t0 = Clock::now();
   for (int i = 0; i < iters && rc == 0; ++i) rc = once();
+  if (rc == 0) rc = wait();
   const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters;
   if (rc != 0) return -1;
   return bench == "latency" ? us / 2 : us;
@@ -209,9 +228,23 @@ inline int run(const Options& o, const std::vector<Impl>& impls, const Env& env)
   } else {
     for (std::size_t s = o.min_size; s <= o.max_size; s *= 2) sizes.push_back(s);
   }
-  const std::size_t cap = o.bench == "allgather" ? o.max_size * env.size : o.max_size;
-  std::vector<char> a(std::max<std::size_t>(cap, 64), 1), b(std::max<std::size_t>(cap, 64), 0);
-  for (std::size_t i = 0; i < a.size() / 4; ++i) reinterpret_cast<float*>(a.data())[i] = 1.0f;
+  const std::size_t cap = std::max<std::size_t>(o.bench == "allgather" ? o.max_size * env.size : o.max_size, 64);
+  // The send side holds float32 ones, the receive side zeros.
+  std::vector<char> host_a(cap, 0), host_b(cap, 0);
+  for (std::size_t i = 0; i < cap / 4; ++i) reinterpret_cast<float*>(host_a.data())[i] = 1.0f;
+  char* a = host_a.data();
+  char* b = host_b.data();
+  const Memory& mem = env.memory;
+  if (mem.alloc) {
+    a = static_cast<char*>(mem.alloc(cap));
+    b = static_cast<char*>(mem.alloc(cap));
+    if (a == nullptr || b == nullptr || mem.upload(a, host_a.data(), cap) != 0 ||
+        mem.upload(b, host_b.data(), cap) != 0) {
+      std::fprintf(stderr, "osu_%s: rank %d: device buffers of %zu bytes could not be set up\n", o.bench.c_str(),
+                   env.rank, cap);
+      return 1;
+    }
+  }
   std::vector<std::vector<double>> med(impls.size(), std::vector<double>(sizes.size(), 0));
   int failed = 0;
   for (std::size_t si = 0; si < sizes.size(); ++si) {
@@ -230,10 +263,14 @@ inline int run(const Options& o, const std::vector<Impl>& impls, const Env& env)
       med[k][si] = s[s.size() / 2];
     }
   }
+  if (mem.alloc) {
+    mem.release(a);
+    mem.release(b);
+  }
   if (env.rank != 0) return failed;
   for (std::size_t k = 0; k < impls.size(); ++k) {
-    std::printf("# accrun OSU-style %s, %d ranks, backend %s (median of %d interleaved runs)\n", o.bench.c_str(),
-                env.size, impls[k].name.c_str(), o.reps);
+    std::printf("# accrun OSU-style %s, %d ranks, backend %s, %s buffers (median of %d interleaved runs)\n",
+                o.bench.c_str(), env.size, impls[k].name.c_str(), mem.alloc ? "device" : "host", o.reps);
     if (o.bench == "bw") {
       std::printf("# Size      Bandwidth (MB/s)\n");
     } else if (o.bench == "barrier") {
@@ -267,6 +304,18 @@ inline int run(const Options& o, const std::vector<Impl>& impls, const Env& env)
         std::printf(" %12.3f", r);
       }
       std::printf("\n");
+    }
+    if (o.bench != "bw") {
+      std::printf("# difference %s: time of each backend - time of %s (us)\n", o.bench.c_str(),
+                  impls[ref].name.c_str());
+      std::printf("# Size    ");
+      for (std::size_t k = 0; k < ref; ++k) std::printf(" %12s", impls[k].name.c_str());
+      std::printf("\n");
+      for (std::size_t si = 0; si < sizes.size(); ++si) {
+        std::printf("%-10zu", sizes[si]);
+        for (std::size_t k = 0; k < ref; ++k) std::printf(" %12.3f", med[k][si] - med[ref][si]);
+        std::printf("\n");
+      }
     }
   }
   std::fflush(stdout);

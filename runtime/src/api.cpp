@@ -3,7 +3,10 @@
 //
 // The C API is a process-wide interface (accrun_init has no handle), so the
 // runtime state is the one global of libaccrun, kept in this file behind a
-// shared mutex: calls take it shared, accrun_init/accrun_finalize exclusive.
+// shared mutex: the job-context and object-store calls take it shared,
+// accrun_init/accrun_finalize exclusive.  The data calls on a group take
+// only that group's call lock (see accrun_group_s): accrun_finalize destroys
+// every group, under each group's lock, before it deletes the runtime.
 #include <dlfcn.h>
 #include <signal.h>
 #include <unistd.h>
@@ -41,17 +44,6 @@ using accrun::Status;
 namespace coll = accrun::collectives;
 namespace rt = accrun::runtime;
 
-// A group handle.  Handles stay allocated until accrun_finalize, so a call
-// on a destroyed group reads a valid handle and fails cleanly; the magic
-// number catches most pointers that never were a handle.  Checking them
-// costs no lock, which keeps the C layer's cost per call small.
-struct accrun_group_s {
-  static constexpr std::uint64_t kMagic = 0x61636372756e6770ull;  // "accrungp"
-  std::uint64_t magic = kMagic;
-  std::atomic<bool> live{true};  // false once accrun_group_destroy has begun
-  std::shared_ptr<rt::Group> group;
-};
-
 namespace {
 
 // cudaPointerGetAttributes, found only if the program already loaded the
@@ -65,6 +57,57 @@ struct CudaPointerAttributes {
 using CudaPointerGetAttributesFn = int (*)(CudaPointerAttributes*, const void*);
 using CudaGetLastErrorFn = int (*)();
 
+// A mutex of one word: one compare-and-swap to take and one exchange to
+// release when nobody waits; waiters sleep in atomic::wait (a futex).
+class CallLock {
+ public:
+  void lock() noexcept {
+    int seen = kFree;
+    if (state_.compare_exchange_strong(seen, kHeld, std::memory_order_acquire)) return;
+    if (seen != kContended) seen = state_.exchange(kContended, std::memory_order_acquire);
+    while (seen != kFree) {
+      state_.wait(kContended, std::memory_order_relaxed);
+      seen = state_.exchange(kContended, std::memory_order_acquire);
+    }
+  }
+  void unlock() noexcept {
+    if (state_.exchange(kFree, std::memory_order_release) == kContended) state_.notify_one();
+  }
+
+ private:
+  static constexpr int kFree = 0, kHeld = 1, kContended = 2;
+  std::atomic<int> state_{kFree};
+};
+
+}  // namespace
+
+// A group handle.  A handle is never freed while the process runs: destroying
+// the group (or accrun_finalize) releases the group and leaves this small
+// shell, so a call on a destroyed group, even after accrun_finalize, reads a
+// valid handle and fails cleanly.  The magic number catches most pointers that
+// never were a handle.  A data call takes only the handle's call lock, which
+// keeps the C layer's cost per call small.
+struct accrun_group_s {
+  static constexpr std::uint64_t kMagic = 0x61636372756e6770ull;  // "accrungp"
+  std::uint64_t magic = kMagic;
+  CallLock lock;  // serialises the calls on the group, its destruction and accrun_finalize's
+  // Guarded by `lock`:
+  std::shared_ptr<rt::Group> group;  // null once destroyed
+  bool finalized = false;            // destroyed by accrun_finalize rather than accrun_group_destroy
+  // Copied from the runtime when the handle is made.
+  CudaPointerGetAttributesFn cuda_attrs = nullptr;
+  CudaGetLastErrorFn cuda_last_error = nullptr;
+};
+
+namespace {
+
+// Every handle ever made; never destroyed (see accrun_group_s).
+std::mutex g_handles_mu;
+std::vector<std::unique_ptr<accrun_group_s>>& all_handles() {
+  static auto* handles = new std::vector<std::unique_ptr<accrun_group_s>>();
+  return *handles;
+}
+
 struct Runtime {
   rt::RuntimeConfig cfg;
   int rank = 0, size = 1, local_rank = 0, local_size = 1, node_rank = 0;
@@ -77,16 +120,20 @@ struct Runtime {
   bool remove_shm_dir = false;  // a directory this process made (lone process)
   std::unique_ptr<rt::ObjectStore> store;
   std::unique_ptr<rt::GroupManager> groups;
-  std::mutex handles_mu;                                  // guards `handles`
-  std::vector<std::unique_ptr<accrun_group_s>> handles;  // every handle made, live or not
+  std::vector<accrun_group_s*> handles;  // made in this runtime; guarded by g_handles_mu
   CudaPointerGetAttributesFn cuda_attrs = nullptr;
   CudaGetLastErrorFn cuda_last_error = nullptr;
 
   ~Runtime() {
     // Backends first (they use the directory and peers), then the store,
     // then PMIx, then the private directory.
-    for (auto& h : handles) {
-      if (h->live.exchange(false)) (void)groups->destroy(*h->group);
+    std::lock_guard handles_lock(g_handles_mu);
+    for (accrun_group_s* h : handles) {
+      std::lock_guard call(h->lock);  // waits for a call in progress
+      if (h->group == nullptr) continue;
+      (void)groups->destroy(*h->group);
+      h->group.reset();
+      h->finalized = true;
     }
     handles.clear();
     groups.reset();
@@ -275,14 +322,19 @@ int raw(const E& e) {
   return v;
 }
 
-Status check_dtype(int dt) {
-  if (dt < ACCRUN_INT8 || dt > ACCRUN_FLOAT64)
-    return accrun::invalid_argument("dtype " + std::to_string(dt) + " is not an accrun_dtype_t");
+// The checks run on every call: the test is inline, the message is built
+// out of line and only on failure.
+[[gnu::cold, gnu::noinline]] Status bad_enum(const char* what, int v) {
+  return accrun::invalid_argument(std::string(what) + " " + std::to_string(v) + " is not an accrun_" + what + "_t");
+}
+inline Status check_dtype(int dt) {
+  if (dt < ACCRUN_INT8 || dt > ACCRUN_FLOAT64) [[unlikely]]
+    return bad_enum("dtype", dt);
   return Status::ok();
 }
-Status check_op(int op) {
-  if (op < ACCRUN_SUM || op > ACCRUN_MAX)
-    return accrun::invalid_argument("op " + std::to_string(op) + " is not an accrun_op_t");
+inline Status check_op(int op) {
+  if (op < ACCRUN_SUM || op > ACCRUN_MAX) [[unlikely]]
+    return bad_enum("op", op);
   return Status::ok();
 }
 // The largest element count of a buffer whose byte size still leaves room to
@@ -293,21 +345,24 @@ std::size_t max_count(int dt) {
   return kMax[dt];
 }
 
-// Holds the runtime (shared) and the group's call lock while a call runs, so
-// neither accrun_finalize nor accrun_group_destroy can pull it away.
+// The error of a call on a handle whose group is gone.
+[[gnu::cold]] Status dead_group(const accrun_group_s& g) {
+  if (g.finalized) return accrun::invalid_usage("the group was destroyed by accrun_finalize");
+  return accrun::invalid_argument("not a live group (destroyed already?)");
+}
+
+// Runs f(handle, group) holding the group's call lock, so that neither
+// accrun_group_destroy nor accrun_finalize can pull the group away.
 template <class F>
 Status with_group(accrun_group_t g, F&& f) {
-  if (g == nullptr) return accrun::invalid_argument("group is NULL");
-  std::shared_lock state(g_state_mu);
-  if (g_runtime == nullptr) return not_initialised();
-  if (g->magic != accrun_group_s::kMagic) return accrun::invalid_argument("not a group handle");
-  if (!g->live.load(std::memory_order_acquire))
-    return accrun::invalid_argument("not a live group (destroyed already?)");
-  rt::Group& grp = *g->group;
-  std::lock_guard call(grp.call_mu);
-  // A destroy that began after the check above has finished by now.
-  if (!grp.backend) return accrun::invalid_usage("group '" + grp.name + "' is being destroyed");
-  return f(*g_runtime, grp);
+  if (g == nullptr) [[unlikely]]
+    return accrun::invalid_argument("group is NULL");
+  if (g->magic != accrun_group_s::kMagic) [[unlikely]]
+    return accrun::invalid_argument("not a group handle");
+  std::lock_guard call(g->lock);
+  if (g->group == nullptr) [[unlikely]]
+    return dead_group(*g);
+  return f(*g, *g->group);
 }
 
 struct Buf {
@@ -316,8 +371,10 @@ struct Buf {
   const char* what;
 };
 
-// Pointers, sizes, the stream and the memory kind of each buffer.
-Status check_data(const Runtime& r, const rt::Group& g, int dt, std::initializer_list<Buf> bufs, void* stream) {
+// Pointers, sizes, the stream and the memory kind of each buffer, with the
+// message of the first that is wrong.
+[[gnu::noinline]] Status check_data_fully(const accrun_group_s& h, const rt::Group& g, int dt,
+                                          std::initializer_list<Buf> bufs, void* stream) {
   ACCRUN_RETURN_IF_ERROR(check_dtype(dt));
   const bool nccl = g.kind == coll::BackendKind::kNccl;
   if (stream != nullptr && !nccl)
@@ -327,25 +384,44 @@ Status check_data(const Runtime& r, const rt::Group& g, int dt, std::initializer
     if (b.count > max_count(dt))
       return accrun::invalid_argument(std::string(b.what) + ": count " + std::to_string(b.count) + " is too large");
     if (b.count > 0 && b.ptr == nullptr) return accrun::invalid_argument(std::string(b.what) + " is NULL");
-    if (!nccl && b.ptr != nullptr && r.cuda_attrs != nullptr) {
+    if (!nccl && b.ptr != nullptr && h.cuda_attrs != nullptr) {
       CudaPointerAttributes a{};
-      if (r.cuda_attrs(&a, b.ptr) == 0) {
+      if (h.cuda_attrs(&a, b.ptr) == 0) {
         if (a.type == 2)
           return accrun::invalid_argument(std::string(b.what) + " is GPU device memory, but group '" + g.name +
                                           "' uses the " + coll::backend_name(g.kind) +
                                           " backend, which needs host memory (use an NCCL group)");
-      } else if (r.cuda_last_error != nullptr) {
-        r.cuda_last_error();  // a host pointer on old CUDA: clear the error we caused
+      } else if (h.cuda_last_error != nullptr) {
+        h.cuda_last_error();  // a host pointer on old CUDA: clear the error we caused
       }
     }
   }
   return Status::ok();
 }
 
-Status check_rank(const rt::Group& g, int r, const char* what) {
-  if (r < 0 || r >= g.size)
-    return accrun::invalid_argument(std::string(what) + " " + std::to_string(r) + " is out of range for group '" +
-                                    g.name + "' of size " + std::to_string(g.size));
+// The same checks, inline: the full ones run only when a test here fails or
+// the program has loaded the CUDA runtime (a pointer's memory kind is then
+// asked of it).
+inline Status check_data(const accrun_group_s& h, const rt::Group& g, int dt, std::initializer_list<Buf> bufs,
+                         void* stream) {
+  bool fine = dt >= ACCRUN_INT8 && dt <= ACCRUN_FLOAT64 && h.cuda_attrs == nullptr &&
+              (stream == nullptr || g.kind == coll::BackendKind::kNccl);
+  if (fine) {
+    const std::size_t max = max_count(dt);
+    for (const Buf& b : bufs) fine = fine && b.count <= max && (b.ptr != nullptr || b.count == 0);
+  }
+  if (fine) [[likely]]
+    return Status::ok();
+  return check_data_fully(h, g, dt, bufs, stream);
+}
+
+[[gnu::cold, gnu::noinline]] Status bad_rank(const rt::Group& g, int r, const char* what) {
+  return accrun::invalid_argument(std::string(what) + " " + std::to_string(r) + " is out of range for group '" +
+                                  g.name + "' of size " + std::to_string(g.size));
+}
+inline Status check_rank(const rt::Group& g, int r, const char* what) {
+  if (r < 0 || r >= g.size) [[unlikely]]
+    return bad_rank(g, r, what);
   return Status::ok();
 }
 
@@ -460,9 +536,12 @@ ACCRUN_API int accrun_group_init(const char* name, int world_size, int rank, acc
     if (!g) return g.status();
     auto h = std::make_unique<accrun_group_s>();
     h->group = std::move(g).value();
+    h->cuda_attrs = g_runtime->cuda_attrs;
+    h->cuda_last_error = g_runtime->cuda_last_error;
     *group = h.get();
-    std::lock_guard lock(g_runtime->handles_mu);
-    g_runtime->handles.push_back(std::move(h));
+    std::lock_guard lock(g_handles_mu);
+    g_runtime->handles.push_back(h.get());
+    all_handles().push_back(std::move(h));
     return Status::ok();
   });
 }
@@ -470,7 +549,7 @@ ACCRUN_API int accrun_group_init(const char* name, int world_size, int rank, acc
 ACCRUN_API int accrun_group_rank(accrun_group_t g) {
   int out = -1;
   int rc = boundary("accrun_group_rank", [&] {
-    return with_group(g, [&](Runtime&, rt::Group& grp) { out = grp.rank; return Status::ok(); });
+    return with_group(g, [&](const accrun_group_s&, rt::Group& grp) { out = grp.rank; return Status::ok(); });
   });
   return rc == ACCRUN_SUCCESS ? out : -1;
 }
@@ -478,14 +557,14 @@ ACCRUN_API int accrun_group_rank(accrun_group_t g) {
 ACCRUN_API int accrun_group_size(accrun_group_t g) {
   int out = -1;
   int rc = boundary("accrun_group_size", [&] {
-    return with_group(g, [&](Runtime&, rt::Group& grp) { out = grp.size; return Status::ok(); });
+    return with_group(g, [&](const accrun_group_s&, rt::Group& grp) { out = grp.size; return Status::ok(); });
   });
   return rc == ACCRUN_SUCCESS ? out : -1;
 }
 
 ACCRUN_API int accrun_group_set_timeout(accrun_group_t g, int timeout_ms) {
   return boundary("accrun_group_set_timeout", [&] {
-    return with_group(g, [&](Runtime&, rt::Group& grp) {
+    return with_group(g, [&](const accrun_group_s&, rt::Group& grp) {
       grp.timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
       grp.backend->set_timeout(grp.timeout_ms);
       return Status::ok();
@@ -496,12 +575,12 @@ ACCRUN_API int accrun_group_set_timeout(accrun_group_t g, int timeout_ms) {
 ACCRUN_API int accrun_group_destroy(accrun_group_t g) {
   return boundary("accrun_group_destroy", [&]() -> Status {
     if (g == nullptr) return accrun::invalid_argument("group is NULL");
-    std::shared_lock state(g_state_mu);
-    if (g_runtime == nullptr) return not_initialised();
     if (g->magic != accrun_group_s::kMagic) return accrun::invalid_argument("not a group handle");
-    if (!g->live.exchange(false)) return accrun::invalid_argument("not a live group (destroyed already?)");
-    std::lock_guard call(g->group->call_mu);  // waits for a call in progress
-    return g_runtime->groups->destroy(*g->group);
+    std::shared_lock state(g_state_mu);
+    std::lock_guard call(g->lock);  // waits for a call in progress
+    if (g->group == nullptr) return dead_group(*g);
+    std::shared_ptr<rt::Group> gone = std::move(g->group);
+    return g_runtime->groups->destroy(*gone);
   });
 }
 
@@ -515,9 +594,9 @@ coll::Op op_of(accrun_op_t op) { return static_cast<coll::Op>(op); }
 ACCRUN_API int accrun_allreduce(accrun_group_t g, const void* send, void* recv, size_t count, accrun_dtype_t dt,
                                 accrun_op_t op, void* stream) {
   return boundary("accrun_allreduce", [&] {
-    return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
+    return with_group(g, [&](const accrun_group_s& h, rt::Group& grp) -> Status {
       ACCRUN_RETURN_IF_ERROR(check_op(raw(op)));
-      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, raw(dt), {{send, count, "send"}, {recv, count, "recv"}}, stream));
+      ACCRUN_RETURN_IF_ERROR(check_data(h, grp, raw(dt), {{send, count, "send"}, {recv, count, "recv"}}, stream));
       return grp.backend->allreduce(send, recv, count, dtype_of(dt), op_of(op), stream);
     });
   });
@@ -526,12 +605,12 @@ ACCRUN_API int accrun_allreduce(accrun_group_t g, const void* send, void* recv, 
 ACCRUN_API int accrun_reduce(accrun_group_t g, const void* send, void* recv, size_t count, accrun_dtype_t dt,
                              accrun_op_t op, int root, void* stream) {
   return boundary("accrun_reduce", [&] {
-    return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
+    return with_group(g, [&](const accrun_group_s& h, rt::Group& grp) -> Status {
       ACCRUN_RETURN_IF_ERROR(check_op(raw(op)));
       ACCRUN_RETURN_IF_ERROR(check_rank(grp, root, "root"));
       // Only the root receives; recv may be NULL elsewhere.
       std::size_t recv_count = grp.rank == root ? count : 0;
-      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, raw(dt), {{send, count, "send"}, {recv, recv_count, "recv"}}, stream));
+      ACCRUN_RETURN_IF_ERROR(check_data(h, grp, raw(dt), {{send, count, "send"}, {recv, recv_count, "recv"}}, stream));
       return grp.backend->reduce(send, recv, count, dtype_of(dt), op_of(op), root, stream);
     });
   });
@@ -540,9 +619,9 @@ ACCRUN_API int accrun_reduce(accrun_group_t g, const void* send, void* recv, siz
 ACCRUN_API int accrun_broadcast(accrun_group_t g, void* buf, size_t count, accrun_dtype_t dt, int root,
                                 void* stream) {
   return boundary("accrun_broadcast", [&] {
-    return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
+    return with_group(g, [&](const accrun_group_s& h, rt::Group& grp) -> Status {
       ACCRUN_RETURN_IF_ERROR(check_rank(grp, root, "root"));
-      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, raw(dt), {{buf, count, "buf"}}, stream));
+      ACCRUN_RETURN_IF_ERROR(check_data(h, grp, raw(dt), {{buf, count, "buf"}}, stream));
       return grp.backend->broadcast(buf, count, dtype_of(dt), root, stream);
     });
   });
@@ -551,12 +630,12 @@ ACCRUN_API int accrun_broadcast(accrun_group_t g, void* buf, size_t count, accru
 ACCRUN_API int accrun_allgather(accrun_group_t g, const void* send, void* recv, size_t count_per_rank,
                                 accrun_dtype_t dt, void* stream) {
   return boundary("accrun_allgather", [&] {
-    return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
+    return with_group(g, [&](const accrun_group_s& h, rt::Group& grp) -> Status {
       std::size_t total = count_per_rank * static_cast<std::size_t>(grp.size);
       if (count_per_rank != 0 && total / static_cast<std::size_t>(grp.size) != count_per_rank)
         return accrun::invalid_argument("count_per_rank is too large");
       ACCRUN_RETURN_IF_ERROR(
-          check_data(r, grp, raw(dt), {{send, count_per_rank, "send"}, {recv, total, "recv"}}, stream));
+          check_data(h, grp, raw(dt), {{send, count_per_rank, "send"}, {recv, total, "recv"}}, stream));
       return grp.backend->allgather(send, recv, count_per_rank, dtype_of(dt), stream);
     });
   });
@@ -565,12 +644,12 @@ ACCRUN_API int accrun_allgather(accrun_group_t g, const void* send, void* recv, 
 ACCRUN_API int accrun_reducescatter(accrun_group_t g, const void* send, void* recv, size_t recv_count,
                                     accrun_dtype_t dt, accrun_op_t op, void* stream) {
   return boundary("accrun_reducescatter", [&] {
-    return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
+    return with_group(g, [&](const accrun_group_s& h, rt::Group& grp) -> Status {
       ACCRUN_RETURN_IF_ERROR(check_op(raw(op)));
       std::size_t total = recv_count * static_cast<std::size_t>(grp.size);
       if (recv_count != 0 && total / static_cast<std::size_t>(grp.size) != recv_count)
         return accrun::invalid_argument("recv_count is too large");
-      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, raw(dt), {{send, total, "send"}, {recv, recv_count, "recv"}}, stream));
+      ACCRUN_RETURN_IF_ERROR(check_data(h, grp, raw(dt), {{send, total, "send"}, {recv, recv_count, "recv"}}, stream));
       return grp.backend->reducescatter(send, recv, recv_count, dtype_of(dt), op_of(op), stream);
     });
   });
@@ -578,7 +657,7 @@ ACCRUN_API int accrun_reducescatter(accrun_group_t g, const void* send, void* re
 
 ACCRUN_API int accrun_barrier(accrun_group_t g) {
   return boundary("accrun_barrier", [&] {
-    return with_group(g, [&](Runtime&, rt::Group& grp) { return grp.backend->barrier(); });
+    return with_group(g, [&](const accrun_group_s&, rt::Group& grp) { return grp.backend->barrier(); });
   });
 }
 
@@ -587,9 +666,9 @@ ACCRUN_API int accrun_barrier(accrun_group_t g) {
 ACCRUN_API int accrun_send(accrun_group_t g, const void* buf, size_t count, accrun_dtype_t dt, int peer,
                            void* stream) {
   return boundary("accrun_send", [&] {
-    return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
+    return with_group(g, [&](const accrun_group_s& h, rt::Group& grp) -> Status {
       ACCRUN_RETURN_IF_ERROR(check_rank(grp, peer, "peer"));
-      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, raw(dt), {{buf, count, "buf"}}, stream));
+      ACCRUN_RETURN_IF_ERROR(check_data(h, grp, raw(dt), {{buf, count, "buf"}}, stream));
       return grp.backend->send(buf, count, dtype_of(dt), peer, stream);
     });
   });
@@ -597,9 +676,9 @@ ACCRUN_API int accrun_send(accrun_group_t g, const void* buf, size_t count, accr
 
 ACCRUN_API int accrun_recv(accrun_group_t g, void* buf, size_t count, accrun_dtype_t dt, int peer, void* stream) {
   return boundary("accrun_recv", [&] {
-    return with_group(g, [&](Runtime& r, rt::Group& grp) -> Status {
+    return with_group(g, [&](const accrun_group_s& h, rt::Group& grp) -> Status {
       ACCRUN_RETURN_IF_ERROR(check_rank(grp, peer, "peer"));
-      ACCRUN_RETURN_IF_ERROR(check_data(r, grp, raw(dt), {{buf, count, "buf"}}, stream));
+      ACCRUN_RETURN_IF_ERROR(check_data(h, grp, raw(dt), {{buf, count, "buf"}}, stream));
       return grp.backend->recv(buf, count, dtype_of(dt), peer, stream);
     });
   });
@@ -607,13 +686,13 @@ ACCRUN_API int accrun_recv(accrun_group_t g, void* buf, size_t count, accrun_dty
 
 ACCRUN_API int accrun_group_start(accrun_group_t g) {
   return boundary("accrun_group_start", [&] {
-    return with_group(g, [&](Runtime&, rt::Group& grp) { return grp.backend->group_start(); });
+    return with_group(g, [&](const accrun_group_s&, rt::Group& grp) { return grp.backend->group_start(); });
   });
 }
 
 ACCRUN_API int accrun_group_end(accrun_group_t g) {
   return boundary("accrun_group_end", [&] {
-    return with_group(g, [&](Runtime&, rt::Group& grp) { return grp.backend->group_end(); });
+    return with_group(g, [&](const accrun_group_s&, rt::Group& grp) { return grp.backend->group_end(); });
   });
 }
 

@@ -62,7 +62,6 @@ struct Group {
   std::vector<collectives::Member> members;
   std::unique_ptr<GroupRendezvous> rendezvous;  // outlives the backend (declared first)
   std::unique_ptr<collectives::Backend> backend;
-  std::mutex call_mu;                           // serialises calls on the group
   int timeout_ms = -1;
 };
 

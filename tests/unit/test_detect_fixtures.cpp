@@ -52,6 +52,9 @@ struct VendorCase {
   bool located = true;
 };
 
+// Names the case in test output (gtest would print the struct's bytes).
+void PrintTo(const VendorCase& c, std::ostream* os) { *os << c.root; }
+
 class VendorFixture : public ::testing::TestWithParam<VendorCase> {};
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -211,6 +212,74 @@ TEST(RuntimeApi, GroupsFromSeveralThreads) {
     });
   for (auto& th : ts) th.join();
   EXPECT_EQ(ok.load(), 4);
+  EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
+}
+
+TEST(RuntimeApi, OneGroupFromSeveralThreadsAtOnce) {
+  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS);
+  accrun_group_t g = nullptr;
+  ASSERT_EQ(accrun_group_init("shared", 1, 0, ACCRUN_BACKEND_STORE, &g), ACCRUN_SUCCESS) << accrun_last_error();
+  std::vector<std::thread> ts;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&, t] {
+      std::vector<int> v(64, t), r(64, -1);
+      for (int i = 0; i < 2000; ++i) {
+        if (accrun_allreduce(g, v.data(), r.data(), v.size(), ACCRUN_INT32, ACCRUN_SUM, nullptr) != ACCRUN_SUCCESS ||
+            r != v)
+          return;
+      }
+      ++ok;
+    });
+  for (auto& th : ts) th.join();
+  EXPECT_EQ(ok.load(), 4);  // calls on one group are serialised
+  EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
+}
+
+// A call racing accrun_group_destroy or accrun_finalize either completes or
+// fails with a clear error; it never touches a freed group.
+int call_until_failure(accrun_group_t g, std::atomic<bool>& started, std::string& error) {
+  int v = 1, r = 0, rc = ACCRUN_SUCCESS;
+  while ((rc = accrun_allreduce(g, &v, &r, 1, ACCRUN_INT32, ACCRUN_SUM, nullptr)) == ACCRUN_SUCCESS)
+    started = true;
+  error = accrun_last_error();
+  return rc;
+}
+
+TEST(RuntimeApi, DestroyWhileAnotherThreadCalls) {
+  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS);
+  accrun_group_t g = nullptr;
+  ASSERT_EQ(accrun_group_init("raced", 1, 0, ACCRUN_BACKEND_STORE, &g), ACCRUN_SUCCESS) << accrun_last_error();
+  std::atomic<bool> started{false};
+  std::string error;
+  int rc = -1;
+  std::thread caller([&] { rc = call_until_failure(g, started, error); });
+  while (!started) std::this_thread::yield();
+  EXPECT_EQ(accrun_group_destroy(g), ACCRUN_SUCCESS) << accrun_last_error();
+  caller.join();
+  EXPECT_EQ(rc, ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(error.find("not a live group"), std::string::npos) << error;
+  EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
+}
+
+TEST(RuntimeApi, FinalizeWhileAnotherThreadCalls) {
+  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS);
+  accrun_group_t g = nullptr;
+  ASSERT_EQ(accrun_group_init("raced", 1, 0, ACCRUN_BACKEND_STORE, &g), ACCRUN_SUCCESS) << accrun_last_error();
+  std::atomic<bool> started{false};
+  std::string error;
+  int rc = -1;
+  std::thread caller([&] { rc = call_until_failure(g, started, error); });
+  while (!started) std::this_thread::yield();
+  EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
+  caller.join();
+  EXPECT_EQ(rc, ACCRUN_ERR_INVALID_USAGE);
+  EXPECT_NE(error.find("accrun_finalize"), std::string::npos) << error;
+  // The stale handle stays an error after a new accrun_init.
+  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS);
+  EXPECT_EQ(accrun_barrier(g), ACCRUN_ERR_INVALID_USAGE);
+  EXPECT_EQ(accrun_group_destroy(g), ACCRUN_ERR_INVALID_USAGE);
+  EXPECT_EQ(accrun_group_rank(g), -1);
   EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
 }
 

@@ -333,6 +333,9 @@ class NcclBackend final : public Backend {
     if (depth_ > 0) return Status::ok();  // completes with the bracket
     cudaError_t ce = lib_.cudaEventRecord(barrier_event_, nullptr);
     if (ce != cudaSuccess) return Status(Code::kSystem, "group '" + name_ + "': cudaEventRecord: " + lib_.cudaGetErrorString(ce));
+    // Polls the event: yielding for the first millisecond (a barrier is
+    // usually short), then sleeping 50 µs between looks.
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
     for (;;) {
       lock.unlock();
       ce = lib_.cudaEventQuery(barrier_event_);
@@ -340,7 +343,11 @@ class NcclBackend final : public Backend {
       if (ce != cudaErrorNotReady) {
         return Status(Code::kSystem, "group '" + name_ + "': barrier: " + lib_.cudaGetErrorString(ce));
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (std::chrono::steady_clock::now() < spin_until) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
       lock.lock();
       ACCRUN_RETURN_IF_ERROR(usable());  // the watchdog saw a failure or a timeout
     }
