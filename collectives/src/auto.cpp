@@ -3,7 +3,7 @@
 // A pure function of facts the runtime gathered from every member during
 // group init: every member evaluates the same facts in the same order and so
 // picks the same backend, without another exchange.
-#include <set>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -18,7 +18,6 @@ std::string member_text(std::size_t g, const MemberFacts& f) {
 
 // Empty when NCCL fits the group, else why not.
 std::string nccl_misfit(const std::vector<MemberFacts>& facts) {
-  std::set<std::pair<std::string, int>> seen;  // (host, GPU id)
   for (std::size_t g = 0; g < facts.size(); ++g) {
     const MemberFacts& f = facts[g];
     if (f.gpu_ids.empty()) return member_text(g, f) + " holds no GPU";
@@ -26,15 +25,26 @@ std::string nccl_misfit(const std::vector<MemberFacts>& facts) {
     if (f.gpu_ids.size() != 1) {
       return member_text(g, f) + " holds " + std::to_string(f.gpu_ids.size()) + " GPUs (NCCL needs exactly one)";
     }
-    if (!seen.emplace(f.host, f.gpu_ids.front()).second) {
-      return member_text(g, f) + " shares GPU " + std::to_string(f.gpu_ids.front()) + " with another member";
-    }
     if (!f.nccl_loadable) return "NCCL does not load on " + member_text(g, f);
   }
-  return {};
+  return gpu_sharing(facts);
 }
 
 }  // namespace
+
+std::string gpu_sharing(const std::vector<MemberFacts>& facts) {
+  std::map<std::pair<std::string, int>, std::size_t> holder;  // (host, GPU id) -> first member holding it
+  for (std::size_t g = 0; g < facts.size(); ++g) {
+    for (int id : facts[g].gpu_ids) {
+      auto [it, fresh] = holder.emplace(std::make_pair(facts[g].host, id), g);
+      if (!fresh) {
+        return member_text(it->second, facts[it->second]) + " and group rank " + std::to_string(g) +
+               " share GPU " + std::to_string(id);
+      }
+    }
+  }
+  return {};
+}
 
 BackendKind resolve_auto(const std::vector<MemberFacts>& facts, std::string* why) {
   std::string reason;

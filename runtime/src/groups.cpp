@@ -242,6 +242,16 @@ Result<std::shared_ptr<Group>> GroupManager::create(const std::string& name, int
   }
   BackendKind kind = BackendKind::kStore;
   std::string why;
+  if (requested == BackendKind::kNccl) {
+    // Every member sees the same facts, so all fail here together.
+    if (std::string shared = collectives::gpu_sharing(facts); !shared.empty()) {
+      Status bad = invalid_usage(label + ": " + shared +
+                                 "; NCCL needs one whole GPU per rank, so ranks sharing a GPU (fractional "
+                                 "--gpus-per-rank) cannot form an NCCL group: use the store or MPI backend");
+      close(p, encode_closed(bad.code(), bad.message()));
+      return bad;
+    }
+  }
   if (requested) {
     kind = *requested;
     why = "requested";

@@ -51,7 +51,7 @@ TEST(ResolveAuto, SameGpuIdOnDifferentHostsIsDistinct) {
 TEST(ResolveAuto, SharedGpuOnOneHostFallsBackToMpi) {
   std::string why;
   EXPECT_EQ(resolve({gpu_member("a", 0), gpu_member("a", 0)}, &why), BackendKind::kMpi);
-  EXPECT_NE(why.find("shares GPU 0"), std::string::npos) << why;
+  EXPECT_NE(why.find("group rank 0 on a and group rank 1 share GPU 0"), std::string::npos) << why;
 }
 
 TEST(ResolveAuto, FractionalGpuIsNotNccl) {

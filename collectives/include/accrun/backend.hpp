@@ -119,6 +119,10 @@ struct MemberFacts {
 };
 // Returns the backend to use; `why` receives a one-line reason for the log.
 BackendKind resolve_auto(const std::vector<MemberFacts>& facts, std::string* why);
+// Empty unless two members on one host hold the same GPU id (fractional
+// --gpus-per-rank packs ranks onto one device); otherwise names them.  NCCL
+// refuses such a group, so a group asking for NCCL fails at init with it.
+std::string gpu_sharing(const std::vector<MemberFacts>& facts);
 
 // ---- Process facts and MPI ownership (added by the backends module:
 // collectives/src/mpi/mpi_env.cpp, collectives/src/nccl/nccl_backend.cpp) ----
