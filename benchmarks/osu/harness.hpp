@@ -291,31 +291,25 @@ inline int run(const Options& o, const std::vector<Impl>& impls, const Env& env)
     }
   }
   if (impls.size() >= 2) {
+    // Each backend against the last one named, per size.
     const std::size_t ref = impls.size() - 1;
-    std::printf("# ratio %s: time of each backend / time of %s (bandwidth: inverse)\n", o.bench.c_str(),
-                impls[ref].name.c_str());
-    std::printf("# Size    ");
-    for (std::size_t k = 0; k < ref; ++k) std::printf(" %12s", impls[k].name.c_str());
-    std::printf("\n");
-    for (std::size_t si = 0; si < sizes.size(); ++si) {
-      std::printf("%-10zu", sizes[si]);
-      for (std::size_t k = 0; k < ref; ++k) {
-        const double r = o.bench == "bw" ? med[ref][si] / med[k][si] : med[k][si] / med[ref][si];
-        std::printf(" %12.3f", r);
-      }
-      std::printf("\n");
-    }
-    if (o.bench != "bw") {
-      std::printf("# difference %s: time of each backend - time of %s (us)\n", o.bench.c_str(),
-                  impls[ref].name.c_str());
+    auto table = [&](const char* title, const char* op, const char* suffix, auto cell) {
+      std::printf("# %s %s: time of each backend %s time of %s%s\n", title, o.bench.c_str(), op,
+                  impls[ref].name.c_str(), suffix);
       std::printf("# Size    ");
       for (std::size_t k = 0; k < ref; ++k) std::printf(" %12s", impls[k].name.c_str());
       std::printf("\n");
       for (std::size_t si = 0; si < sizes.size(); ++si) {
         std::printf("%-10zu", sizes[si]);
-        for (std::size_t k = 0; k < ref; ++k) std::printf(" %12.3f", med[k][si] - med[ref][si]);
+        for (std::size_t k = 0; k < ref; ++k) std::printf(" %12.3f", cell(k, si));
         std::printf("\n");
       }
+    };
+    table("ratio", "/", o.bench == "bw" ? " (bandwidth: inverse)" : "", [&](std::size_t k, std::size_t si) {
+      return o.bench == "bw" ? med[ref][si] / med[k][si] : med[k][si] / med[ref][si];
+    });
+    if (o.bench != "bw") {
+      table("difference", "-", " (us)", [&](std::size_t k, std::size_t si) { return med[k][si] - med[ref][si]; });
     }
   }
   std::fflush(stdout);

@@ -237,44 +237,51 @@ TEST(RuntimeApi, OneGroupFromSeveralThreadsAtOnce) {
 }
 
 // A call racing accrun_group_destroy or accrun_finalize either completes or
-// fails with a clear error; it never touches a freed group.
-int call_until_failure(accrun_group_t g, std::atomic<bool>& started, std::string& error) {
-  int v = 1, r = 0, rc = ACCRUN_SUCCESS;
-  while ((rc = accrun_allreduce(g, &v, &r, 1, ACCRUN_INT32, ACCRUN_SUM, nullptr)) == ACCRUN_SUCCESS)
-    started = true;
-  error = accrun_last_error();
-  return rc;
-}
-
-TEST(RuntimeApi, DestroyWhileAnotherThreadCalls) {
-  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS);
+// fails with a clear error; it never touches a freed group.  Raced makes a
+// one-rank store group and a thread that calls on it until a call fails.
+struct Raced {
   accrun_group_t g = nullptr;
-  ASSERT_EQ(accrun_group_init("raced", 1, 0, ACCRUN_BACKEND_STORE, &g), ACCRUN_SUCCESS) << accrun_last_error();
   std::atomic<bool> started{false};
   std::string error;
-  int rc = -1;
-  std::thread caller([&] { rc = call_until_failure(g, started, error); });
-  while (!started) std::this_thread::yield();
-  EXPECT_EQ(accrun_group_destroy(g), ACCRUN_SUCCESS) << accrun_last_error();
-  caller.join();
-  EXPECT_EQ(rc, ACCRUN_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(error.find("not a live group"), std::string::npos) << error;
+  std::atomic<int> rc{-1};  // -1 while the caller runs
+  std::thread caller;
+
+  void start() {
+    ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS);
+    ASSERT_EQ(accrun_group_init("raced", 1, 0, ACCRUN_BACKEND_STORE, &g), ACCRUN_SUCCESS) << accrun_last_error();
+    caller = std::thread([this] {
+      int v = 1, r = 0, code;
+      while ((code = accrun_allreduce(g, &v, &r, 1, ACCRUN_INT32, ACCRUN_SUM, nullptr)) == ACCRUN_SUCCESS)
+        started = true;
+      error = accrun_last_error();
+      rc = code;
+    });
+    while (!started && rc == -1) std::this_thread::yield();
+    ASSERT_TRUE(started) << "the first call failed: " << error;
+  }
+  ~Raced() {
+    if (caller.joinable()) caller.join();
+  }
+};
+
+TEST(RuntimeApi, DestroyWhileAnotherThreadCalls) {
+  Raced raced;
+  ASSERT_NO_FATAL_FAILURE(raced.start());
+  EXPECT_EQ(accrun_group_destroy(raced.g), ACCRUN_SUCCESS) << accrun_last_error();
+  raced.caller.join();
+  EXPECT_EQ(raced.rc, ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(raced.error.find("not a live group"), std::string::npos) << raced.error;
   EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
 }
 
 TEST(RuntimeApi, FinalizeWhileAnotherThreadCalls) {
-  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS);
-  accrun_group_t g = nullptr;
-  ASSERT_EQ(accrun_group_init("raced", 1, 0, ACCRUN_BACKEND_STORE, &g), ACCRUN_SUCCESS) << accrun_last_error();
-  std::atomic<bool> started{false};
-  std::string error;
-  int rc = -1;
-  std::thread caller([&] { rc = call_until_failure(g, started, error); });
-  while (!started) std::this_thread::yield();
+  Raced raced;
+  ASSERT_NO_FATAL_FAILURE(raced.start());
   EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
-  caller.join();
-  EXPECT_EQ(rc, ACCRUN_ERR_INVALID_USAGE);
-  EXPECT_NE(error.find("accrun_finalize"), std::string::npos) << error;
+  raced.caller.join();
+  EXPECT_EQ(raced.rc, ACCRUN_ERR_INVALID_USAGE);
+  EXPECT_NE(raced.error.find("accrun_finalize"), std::string::npos) << raced.error;
+  accrun_group_t g = raced.g;
   // The stale handle stays an error after a new accrun_init.
   ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS);
   EXPECT_EQ(accrun_barrier(g), ACCRUN_ERR_INVALID_USAGE);
