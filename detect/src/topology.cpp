@@ -129,3 +129,16 @@ Result<Topology> load_topology(const DetectConfig& config, bool with_io) {
 }
 
 }  // namespace accrun::detect::internal
+
+namespace accrun::detect {
+
+HwlocPluginHold::HwlocPluginHold() {
+  hwloc_topology_t t = nullptr;
+  if (hwloc_topology_init(&t) == 0) topology_ = t;
+}
+
+HwlocPluginHold::~HwlocPluginHold() {
+  if (topology_ != nullptr) hwloc_topology_destroy(static_cast<hwloc_topology_t>(topology_));
+}
+
+}  // namespace accrun::detect

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "accrun/commands.hpp"
+#include "accrun/detect.hpp"
 #include "accrun/node_daemon.hpp"
 
 namespace accrun::launcher {
@@ -49,6 +50,7 @@ int launch_main(const Options& options, char** envp) {
     std::fputs("accrun: no program given (usage: accrun -n N program [args...]; see accrun --help)\n", stderr);
     return 2;
   }
+  const detect::HwlocPluginHold hwloc_plugins;  // detection and the PMIx server share one load
   auto plan = build_plan(options, envp, free_port());
   if (!plan) {
     std::fprintf(stderr, "accrun: %s\n", plan.status().message().c_str());

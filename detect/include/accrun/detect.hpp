@@ -163,6 +163,22 @@ Result<std::vector<std::pair<std::string, Quantity>>> parse_resource_list(std::s
 // safe to call from several threads with distinct configs.
 Result<Inventory> detect_host(const DetectConfig& config);
 
+// Keeps hwloc's discovery plugins loaded while it lives.  hwloc loads its
+// plugins (and what they pull in: libOpenCL, X11, libxml2, ICU) when a
+// process's first topology is created and unloads them when its last one is
+// destroyed; the launcher's detection and then its PMIx server each load a
+// topology, so without a hold the plugins are loaded twice per launch.
+class HwlocPluginHold {
+ public:
+  HwlocPluginHold();
+  ~HwlocPluginHold();
+  HwlocPluginHold(const HwlocPluginHold&) = delete;
+  HwlocPluginHold& operator=(const HwlocPluginHold&) = delete;
+
+ private:
+  void* topology_ = nullptr;  // an hwloc topology initialised, never loaded
+};
+
 // hwloc list strings, as sysfs and accrun's JSON write CPU sets.  Pure.
 // "0-3,8" → {0,1,2,3,8}, sorted and unique; nullopt when malformed.
 std::optional<std::vector<int>> parse_cpulist(std::string_view text);
