@@ -76,6 +76,8 @@ bool take_tuning(std::vector<std::string>& args, coll::store::Tuning* t) {
     else if (a == "--bc-chunk") t->bcast_chunk = val();
     else if (a == "--ag-chunk") t->allgather_chunk = val();
     else if (a == "--spin-ns") t->spin_ns = static_cast<int>(val());
+    else if (a == "--cma-min") t->cma_min = val();
+    else if (a == "--bc-cma-min") t->bcast_cma_min = val();
     else rest.push_back(a);
   }
   args = rest;
