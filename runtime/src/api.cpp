@@ -8,7 +8,9 @@
 // only that group's call lock (see accrun_group_s): accrun_finalize destroys
 // every group, under each group's lock, before it deletes the runtime.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -118,6 +120,7 @@ struct Runtime {
   rt::Directory* directory = nullptr;
   std::string shm_dir;
   bool remove_shm_dir = false;  // a directory this process made (lone process)
+  int owner_fd = -1;            // its owner lock (make_private_dir)
   std::unique_ptr<rt::ObjectStore> store;
   std::unique_ptr<rt::GroupManager> groups;
   std::vector<accrun_group_s*> handles;  // made in this runtime; guarded by g_handles_mu
@@ -144,6 +147,7 @@ struct Runtime {
       std::error_code ec;
       std::filesystem::remove_all(shm_dir, ec);
     }
+    if (owner_fd >= 0) ::close(owner_fd);
   }
 };
 
@@ -180,7 +184,9 @@ std::string upper(const char* s) { return accrun::ascii_upper(s); }
 // The private directory of a process that has no launcher's: named
 // accrun.<uid>.<tag>.<pid>.XXXXXX under /dev/shm, so that one left by a
 // process killed before accrun_finalize can be recognised and removed by the
-// next process that makes one.
+// next process that makes one.  Its owner holds an flock on the file
+// `owner` inside for its whole life: a pid that looks dead may belong to
+// another pid namespace sharing /dev/shm, and the lock tells the two apart.
 std::string private_dir_base() {
   if (::access("/dev/shm", W_OK) == 0) return "/dev/shm";
   const char* t = std::getenv("TMPDIR");  // only where /dev/shm is missing
@@ -202,20 +208,37 @@ void remove_dead_private_dirs(const std::string& base, const std::string& tag) {
     long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
     if (pid <= 0 || end == nullptr || *end != '.') continue;
     if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    const int fd = ::open((e.path() / "owner").c_str(), O_RDONLY | O_CLOEXEC);
+    const bool held = fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0;
+    if (fd >= 0) ::close(fd);
+    if (held) continue;  // its owner lives, in another pid namespace
     std::error_code rm;
     std::filesystem::remove_all(e.path(), rm);
     if (!rm) accrun::log(accrun::LogLevel::kDebug, "removed %s, left by process %ld", e.path().c_str(), pid);
   }
 }
 
-Result<std::string> make_private_dir(const std::string& tag) {
+// Makes the directory and takes its owner lock; the lock's descriptor goes
+// to *owner_fd, to be closed after the directory is removed.
+Result<std::string> make_private_dir(const std::string& tag, int* owner_fd) {
   std::string base = private_dir_base();
   remove_dead_private_dirs(base, tag);
   std::string tmpl = base + "/" + private_dir_prefix(tag) + std::to_string(::getpid()) + ".XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   if (::mkdtemp(buf.data()) == nullptr) return accrun::system_error("mkdtemp " + tmpl);
-  return std::string(buf.data());
+  std::string dir(buf.data());
+  const std::string owner = dir + "/owner";
+  const int fd = ::open(owner.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    Status st = accrun::system_error("locking " + owner);
+    if (fd >= 0) ::close(fd);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    return st;
+  }
+  *owner_fd = fd;
+  return dir;
 }
 
 Status init_runtime(Runtime& r) {
@@ -245,7 +268,7 @@ Status init_runtime(Runtime& r) {
     } else {
       // Another PMIx launcher: a private directory per process would not be
       // shared, so each process makes its own and the store stays per process.
-      auto d = make_private_dir("pmix");
+      auto d = make_private_dir("pmix", &r.owner_fd);
       if (!d) return d.status();
       r.shm_dir = *d;
       r.remove_shm_dir = true;
@@ -256,7 +279,7 @@ Status init_runtime(Runtime& r) {
     r.peers = std::make_unique<rt::PeerTable>(r.host);
     r.lone_directory = std::make_unique<rt::MemoryDirectory>();
     r.directory = r.lone_directory.get();
-    auto d = make_private_dir("lone");
+    auto d = make_private_dir("lone", &r.owner_fd);
     if (!d) return d.status();
     r.shm_dir = *d;
     r.remove_shm_dir = true;

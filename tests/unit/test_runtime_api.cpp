@@ -1,6 +1,8 @@
 // The C API in a lone process (no launcher): a job of one rank.  Each test
 // runs in its own process (gtest_discover_tests), so init state is fresh.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -92,17 +94,26 @@ TEST(RuntimeApi, DirectoryOfADeadLoneProcessIsRemovedAtTheNextInit) {
   ASSERT_EQ(waitpid(child, &wstatus, 0), child);  // its pid is now free
   std::filesystem::path dead = "/dev/shm/" + lone_prefix(child) + "Xq3zLm";
   std::filesystem::path alive = "/dev/shm/" + lone_prefix(getppid()) + "Xq3zLm";
-  for (const auto& d : {dead, alive}) {
-    std::filesystem::create_directories(d / "objects");
-    std::FILE* f = std::fopen((d / "objects" / "o").c_str(), "w");
+  // A dead pid whose owner lock is held: a live process of another pid
+  // namespace sharing /dev/shm.
+  std::filesystem::path elsewhere = "/dev/shm/" + lone_prefix(child) + "Yr4aNp";
+  for (const auto& d : {dead, alive, elsewhere}) {
+    std::filesystem::create_directories(d);
+    std::FILE* f = std::fopen((d / "owner").c_str(), "w");
     ASSERT_NE(f, nullptr);
     std::fclose(f);
   }
+  const int lock = open((elsewhere / "owner").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(lock, 0);
+  ASSERT_EQ(flock(lock, LOCK_EX), 0);
   ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS) << accrun_last_error();
   EXPECT_FALSE(std::filesystem::exists(dead));
-  EXPECT_TRUE(std::filesystem::exists(alive));  // its process still runs
+  EXPECT_TRUE(std::filesystem::exists(alive));      // its process still runs
+  EXPECT_TRUE(std::filesystem::exists(elsewhere));  // its owner holds the lock
   EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
+  close(lock);
   std::filesystem::remove_all(alive);
+  std::filesystem::remove_all(elsewhere);
 }
 
 TEST(RuntimeApi, GroupArgumentErrors) {
