@@ -80,20 +80,26 @@ void groups() {
   // Many groups at once on the same ranks, from several threads.
   std::vector<std::thread> ts;
   std::atomic<int> failures{0};
+  // Each failure prints what failed and accrun_last_error (per thread).
+  auto failed = [&](int t, const std::string& what) {
+    ++failures;
+    std::fprintf(stderr, "rank %d thread %d: %s: %s\n", r, t, what.c_str(), accrun_last_error());
+  };
   for (int t = 0; t < 4; ++t)
     ts.emplace_back([&, t] {
       accrun_group_t g;
       // Group ranks reversed in odd groups: they need not follow job ranks.
       int grank = t % 2 ? n - 1 - r : r;
       if (accrun_group_init(("thread" + std::to_string(t)).c_str(), n, grank, ACCRUN_BACKEND_STORE, &g) != 0) {
-        ++failures;
+        failed(t, "accrun_group_init");
         return;
       }
       for (int i = 0; i < 20; ++i) {
         std::int32_t v = grank + t, out = 0;
-        if (accrun_allreduce(g, &v, &out, 1, ACCRUN_INT32, ACCRUN_MAX, nullptr) != 0 || out != n - 1 + t) ++failures;
+        if (accrun_allreduce(g, &v, &out, 1, ACCRUN_INT32, ACCRUN_MAX, nullptr) != 0 || out != n - 1 + t)
+          failed(t, "accrun_allreduce " + std::to_string(i) + " gave " + std::to_string(out));
       }
-      if (accrun_group_destroy(g) != 0) ++failures;
+      if (accrun_group_destroy(g) != 0) failed(t, "accrun_group_destroy");
     });
   for (auto& t : ts) t.join();
   expect(failures == 0, "concurrent groups: " + std::to_string(failures.load()) + " failures");
