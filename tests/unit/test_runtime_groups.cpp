@@ -193,7 +193,12 @@ TEST(RuntimeGroups, WorldSizesThatDisagreeFailFast) {
 TEST(RuntimeGroups, TwoMembersClaimingOneRankFail) {
   MemoryDirectory dir;
   Proc a(dir, 0), b(dir, 1), c(dir, 2);
-  auto gs = create_all({&a, &b, &c}, "dup", 3, {0, 1, 1});
+  // Group rank 0 joins first: a member arriving after the conflict closed
+  // the incarnation would, by design, open the next one and wait there.
+  auto first = std::async(std::launch::async, [&] { return a.mgr->create("dup", 3, 0, BackendKind::kStore); });
+  ASSERT_TRUE(dir.lookup("accrun.g/dup/0/rank/0", 5000).is_ok());
+  std::vector<GroupResult> gs = create_all({&b, &c}, "dup", 3, {1, 1});
+  gs.push_back(first.get());
   int invalid = 0;
   for (auto& g : gs) {
     ASSERT_FALSE(g.is_ok());
