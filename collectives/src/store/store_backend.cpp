@@ -398,8 +398,7 @@ class StoreBackend final : public Backend {
       const std::uint64_t v = publish_box(h);
       for (int q = 0; q < size_; ++q)
         if (q != rank_) ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
-      std::memcpy(out, box(0, h), bytes);
-      for (int q = 1; q < size_; ++q) reduce_into(dt, op, out, box(q, h), count);
+      reduce_parts(dt, op, out, count, [&](int q) { return box(q, h); });
       end_round();
       return Status::ok();
     }
@@ -411,8 +410,7 @@ class StoreBackend final : public Backend {
       std::memcpy(slot(rank_, h), in, bytes);
       const std::uint64_t v = publish();
       ACCRUN_RETURN_IF_ERROR(guard(wait_all(v)));
-      std::memcpy(out, slot(0, h), bytes);
-      for (int q = 1; q < size_; ++q) reduce_into(dt, op, out, slot(q, h), count);
+      reduce_parts(dt, op, out, count, [&](int q) { return slot(q, h); });
       end_round();
       return Status::ok();
     }
@@ -464,8 +462,7 @@ class StoreBackend final : public Backend {
       if (rank_ == root) {
         for (int q = 0; q < size_; ++q)
           if (q != rank_) ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
-        std::memcpy(out, box(0, h), bytes);
-        for (int q = 1; q < size_; ++q) reduce_into(dt, op, out, box(q, h), count);
+        reduce_parts(dt, op, out, count, [&](int q) { return box(q, h); });
       }
       end_round();
       return Status::ok();
@@ -477,8 +474,7 @@ class StoreBackend final : public Backend {
       const std::uint64_t v = publish();
       if (rank_ == root) {
         ACCRUN_RETURN_IF_ERROR(guard(wait_all(v)));
-        std::memcpy(out, slot(0, h), bytes);
-        for (int q = 1; q < size_; ++q) reduce_into(dt, op, out, slot(q, h), count);
+        reduce_parts(dt, op, out, count, [&](int q) { return slot(q, h); });
       }
       end_round();
       return Status::ok();
@@ -649,8 +645,7 @@ class StoreBackend final : public Backend {
       const std::uint64_t v = publish();
       ACCRUN_RETURN_IF_ERROR(guard(wait_all(v)));
       char* dst = out + off * ds;
-      std::memcpy(dst, slot(0, h) + rank_ * n * ds, n * ds);
-      for (int q = 1; q < size_; ++q) reduce_into(dt, op, dst, slot(q, h) + rank_ * n * ds, n);
+      reduce_parts(dt, op, dst, n, [&](int q) { return slot(q, h) + rank_ * n * ds; });
       end_round();
     }
     return Status::ok();
@@ -899,6 +894,14 @@ class StoreBackend final : public Backend {
     return publish();
   }
   char* box(int q, int h) const { return ctrl(q).box[h].data; }
+
+  // out = part(0) op part(1) op ... op part(size_ - 1), in rank order, so
+  // every rank reducing the same parts gets bit-identical results.
+  template <class Part>
+  void reduce_parts(DType dt, Op op, void* out, std::size_t count, Part part) const {
+    std::memcpy(out, part(0), count * dtype_size(dt));
+    for (int q = 1; q < size_; ++q) reduce_into(dt, op, out, part(q), count);
+  }
   // Starts a data round; a rank that will write its half first waits until
   // every reader is done with that half's previous use.
   int begin_round(bool will_write) {
