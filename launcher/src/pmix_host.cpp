@@ -1,6 +1,8 @@
 // The node daemon's PMIx server: see pmix_host.hpp and accrun(7).
 #include "pmix_host.hpp"
 
+#include "peer_guard.hpp"
+
 #include <hwloc.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -181,12 +183,29 @@ pmix_status_t up_finalized(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t cbfu
   return PMIX_SUCCESS;
 }
 
+std::string printable(const char* text, size_t max) {
+  std::string out;
+  for (const char* p = text; *p != '\0' && out.size() < max; ++p) {
+    auto c = static_cast<unsigned char>(*p);
+    if (c >= 0x20 && c != 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\x%02x", c);
+      out += esc;
+    }
+  }
+  return out;
+}
+
 pmix_status_t up_abort(const pmix_proc_t* proc, void*, int status, const char msg[],
                        pmix_proc_t[], size_t, pmix_op_cbfunc_t cbfunc, void* cbdata) {
   PmixServer* s = g_active.load();
   if (s == nullptr) return PMIX_OPERATION_SUCCEEDED;
   int rank = static_cast<int>(proc->rank);
-  std::string message = msg ? msg : "";
+  // A rank's text reaches the user's terminal: control bytes (escape
+  // sequences) are shown escaped, and the length is bounded.
+  std::string message = printable(msg ? msg : "", 1024);
   // Whatever set of processes it names, an abort ends the job (mpirun's rule).
   s->queue()->push([s, rank, status, message, cbfunc, cbdata] {
     s->events()->on_abort(rank, status, message);
@@ -327,6 +346,7 @@ pmix_server_module_t make_module() {
 Result<std::unique_ptr<PmixServer>> PmixServer::start(const std::string& rendezvous_dir,
                                                       UpcallQueue* queue, ClientEvents* events) {
   if (g_active.load() != nullptr) return invalid_usage("a PMIx server is already running in this process");
+  peer_guard_link();  // only this user's processes get past accept() (peer_guard.hpp)
   // On one host the library would complete fences without the host; route
   // them through fence_nb so several hosts only add the exchange.  The
   // library reads its MCA parameters from the environment at init, before
