@@ -15,6 +15,8 @@ packages=(
   libgtest-dev libgmock-dev googletest
   python3 python3-mpi4py
   iproute2 procps groff-base man-db
+  openssh-server openssh-client   # tests/testbed: sshd per test bed host
+  slurm-wlm munge                 # tests/testbed: up --slurm
 )
 
 missing=()
