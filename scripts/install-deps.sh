@@ -17,6 +17,7 @@ packages=(
   iproute2 procps groff-base man-db
   openssh-server openssh-client   # tests/testbed: sshd per test bed host
   slurm-wlm munge                 # tests/testbed: up --slurm
+  clang libclang-rt-14-dev        # tests/fuzz: libFuzzer targets (run-fuzzers.sh)
 )
 
 missing=()

@@ -2,14 +2,17 @@
 #include "accrun/hostfile.hpp"
 #include "accrun/strings.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <unordered_map>
 
 #include "accrun/detect.hpp"
@@ -17,11 +20,25 @@
 namespace accrun::hostfiles {
 namespace {
 
-// A range line may not expand to more hosts than this: a typo such as
-// node[1-100000000] is refused instead of eating memory.
-constexpr std::size_t kMaxExpansion = 1'000'000;
-
 std::string lower(std::string_view s) { return accrun::ascii_lower(s); }
+
+// The length of the well-formed UTF-8 sequence of two or more bytes that
+// starts at text[i] (no overlong forms, surrogates or code points past
+// U+10FFFF), or 0 when none starts there.
+std::size_t utf8_length_at(std::string_view text, std::size_t i) {
+  const auto b = static_cast<unsigned char>(text[i]);
+  const std::size_t len = b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3 : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
+  if (len == 0 || i + len > text.size()) return 0;
+  for (std::size_t k = 1; k < len; ++k) {
+    if ((static_cast<unsigned char>(text[i + k]) & 0xc0) != 0x80) return 0;
+  }
+  const auto b1 = static_cast<unsigned char>(text[i + 1]);
+  if ((b == 0xe0 && b1 < 0xa0) || (b == 0xed && b1 >= 0xa0) || (b == 0xf0 && b1 < 0x90) ||
+      (b == 0xf4 && b1 >= 0x90)) {
+    return 0;
+  }
+  return len;
+}
 
 bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 
@@ -47,13 +64,73 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return prev[b.size()];
 }
 
-// One [..] group of a host expression: the numbers it stands for, as text.
-Result<std::vector<std::string>> expand_group(std::string_view body, std::string_view expr) {
+std::string limit_text(std::size_t n) { return std::to_string(n); }
+
+// A host name as a message shows it: long ones cut (a 4,000-character -H
+// argument would drown the message).
+std::string shown_name(std::string_view name) {
+  constexpr std::size_t kShown = 64;
+  if (name.size() <= kShown) return std::string(name);
+  return std::string(name.substr(0, kShown)) + "...";
+}
+
+bool host_name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '_' || c == '.';
+}
+
+// The dot-separated parts of an expanded name (RFC 1123, plus '_').
+Status check_host_labels(std::string_view name) {
+  const std::string shown = "invalid host name '" + shown_name(name) + "': ";
+  std::size_t start = 0;
+  while (true) {
+    std::size_t dot = name.find('.', start);
+    std::string_view label = name.substr(start, dot == std::string_view::npos ? name.npos : dot - start);
+    if (label.empty()) return invalid_argument(shown + "an empty part before or between dots");
+    if (label.size() > kMaxHostLabelLength) {
+      return invalid_argument(shown + "a part between dots is longer than " + limit_text(kMaxHostLabelLength) +
+                              " characters");
+    }
+    if (label.front() == '-' || label.back() == '-') {
+      return invalid_argument(shown + "a part between dots starts or ends with '-'");
+    }
+    if (dot == std::string_view::npos) return Status::ok();
+    start = dot + 1;
+  }
+}
+
+// A host expression taken apart: literal text and [..] groups, with the
+// size of its expansion computed before anything is expanded.
+struct Range {
+  long long lo = 0;
+  long long hi = 0;
+};
+struct Group {
+  std::vector<Range> ranges;
+  std::vector<std::size_t> widths;  // zero padding: the digits of each lower bound
+};
+struct Segment {
+  std::string literal;  // when !group
+  std::optional<Group> group;
+};
+struct Expression {
+  std::vector<Segment> segments;
+  std::size_t count = 1;       // names it expands to, saturated at kMaxHosts + 1
+  std::size_t max_length = 0;  // the longest of them
+};
+
+std::size_t digits_of(long long v) { return std::to_string(v).size(); }
+
+Result<Group> parse_group(std::string_view body, std::string_view expr, std::size_t& count,
+                          std::size_t& longest) {
   auto malformed = [&](const std::string& why) {
     return invalid_argument("malformed host range '" + std::string(expr) + "': " + why);
   };
-  std::vector<std::string> out;
+  Group g;
   if (body.empty()) return malformed("empty brackets (write e.g. node[01-04])");
+  constexpr std::size_t kSaturated = kMaxHosts + 1;
+  count = 0;
+  longest = 0;
   std::size_t start = 0;
   while (start <= body.size()) {
     std::size_t comma = body.find(',', start);
@@ -62,31 +139,106 @@ Result<std::vector<std::string>> expand_group(std::string_view body, std::string
     std::size_t dash = item.find('-');
     std::string_view lo_s = item.substr(0, dash);
     std::string_view hi_s = dash == std::string_view::npos ? lo_s : item.substr(dash + 1);
-    auto lo = to_whole(lo_s);
-    auto hi = to_whole(hi_s);
     auto digits = [](std::string_view t) {
-      return std::all_of(t.begin(), t.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+      return !t.empty() && std::all_of(t.begin(), t.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
     };
-    if (!lo || !hi || !digits(lo_s) || !digits(hi_s)) {
+    if (!digits(lo_s) || !digits(hi_s)) {
       return malformed("'" + std::string(item) + "' is not a number or a range A-B of numbers");
     }
+    auto lo = to_whole(lo_s);
+    auto hi = to_whole(hi_s);
+    if (!lo || !hi) return malformed("'" + std::string(item) + "' has a number too large");
     if (*lo > *hi) {
       return malformed(std::string(lo_s) + " is more than " + std::string(hi_s) + " (write the smaller first)");
     }
-    if (static_cast<std::size_t>(*hi - *lo) + out.size() >= kMaxExpansion) {
-      return malformed("expands to more than " + std::to_string(kMaxExpansion) + " hosts");
-    }
-    // Zero padding: as many digits as the lower bound was written with.
-    const std::size_t width = lo_s.size();
-    for (long long v = *lo; v <= *hi; ++v) {
-      std::string n = std::to_string(v);
-      if (n.size() < width) n.insert(0, width - n.size(), '0');
-      out.push_back(std::move(n));
-    }
+    // Sizes only: unsigned and saturated, so no range can overflow them.
+    const unsigned long long n = static_cast<unsigned long long>(*hi - *lo) + 1;
+    count = n >= kSaturated - count ? kSaturated : count + static_cast<std::size_t>(n);
+    longest = std::max({longest, lo_s.size(), digits_of(*hi)});
+    g.ranges.push_back({*lo, *hi});
+    g.widths.push_back(lo_s.size());
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }
-  return out;
+  return g;
+}
+
+Result<Expression> parse_expression(std::string_view expr) {
+  auto malformed = [&](const std::string& why) {
+    return invalid_argument("malformed host range '" + shown_name(expr) + "': " + why);
+  };
+  if (expr.empty()) return invalid_argument("empty host name");
+  constexpr std::size_t kSaturated = kMaxHosts + 1;
+  Expression e;
+  std::size_t i = 0;
+  while (i < expr.size()) {
+    char c = expr[i];
+    if (c == ']') return malformed("']' without '['");
+    if (c == '[') {
+      std::size_t close = expr.find(']', i);
+      if (close == std::string_view::npos) return malformed("'[' without ']'");
+      std::string_view body = expr.substr(i + 1, close - i - 1);
+      if (body.find('[') != std::string_view::npos) return malformed("nested '['");
+      std::size_t n = 0;
+      std::size_t longest = 0;
+      auto g = parse_group(body, expr, n, longest);
+      if (!g) return g.status();
+      // Both factors are at most kSaturated, so the product cannot overflow.
+      e.count = std::min(e.count * n, kSaturated);
+      e.max_length += longest;
+      e.segments.push_back({{}, std::move(*g)});
+      i = close + 1;
+      continue;
+    }
+    std::size_t j = i;
+    while (j < expr.size() && expr[j] != '[' && expr[j] != ']') ++j;
+    std::string_view lit = expr.substr(i, j - i);
+    for (char ch : lit) {
+      if (!host_name_char(ch)) {
+        return invalid_argument("invalid host name '" + shown_name(expr) + "': '" + std::string(1, ch) +
+                                "' is not allowed in a host name (letters, digits, '-', '_' and '.' are)");
+      }
+    }
+    e.max_length += lit.size();
+    e.segments.push_back({std::string(lit), std::nullopt});
+    i = j;
+  }
+  if (e.count > kMaxHosts) {
+    return malformed("expands to more than " + limit_text(kMaxHosts) + " hosts, the limit of one job");
+  }
+  if (e.max_length > kMaxHostNameLength) {
+    return invalid_argument("invalid host name '" + shown_name(expr) + "': longer than " +
+                            limit_text(kMaxHostNameLength) + " characters");
+  }
+  return e;
+}
+
+// Expands a checked expression: the first bracket varies slowest.
+Result<std::vector<std::string>> expand(const Expression& e) {
+  std::vector<std::string> names = {""};
+  names.reserve(e.count);
+  for (const auto& seg : e.segments) {
+    if (!seg.group) {
+      for (auto& n : names) n.append(seg.literal);
+      continue;
+    }
+    std::vector<std::string> next;
+    next.reserve(e.count);
+    for (const auto& prefix : names) {
+      for (std::size_t r = 0; r < seg.group->ranges.size(); ++r) {
+        const Range& range = seg.group->ranges[r];
+        const std::size_t width = seg.group->widths[r];
+        for (long long v = range.lo; v <= range.hi; ++v) {
+          std::string n = std::to_string(v);
+          if (n.size() < width) n.insert(0, width - n.size(), '0');
+          next.push_back(prefix + n);
+        }
+      }
+    }
+    names = std::move(next);
+  }
+  for (const auto& n : names) ACCRUN_RETURN_IF_ERROR(check_host_labels(n));
+  return names;
 }
 
 const std::vector<std::string>& known_keys() {
@@ -155,6 +307,10 @@ Status apply_field(std::string_view field, HostEntry& e, std::set<std::string>& 
     if (!q.is_whole()) {
       return invalid_argument(name + "=" + q.str() + ": a host has whole devices (write a whole number)");
     }
+    if (q.whole_part() > kMaxDevicesPerResource) {
+      return invalid_argument(name + "=" + q.str() + ": more than " + std::to_string(kMaxDevicesPerResource) +
+                              " devices of one resource on a host (the limit)");
+    }
     for (const auto& [n, _] : e.resources) {
       if (n == name) return invalid_argument(name + " is declared twice on one line");
     }
@@ -187,12 +343,18 @@ Status apply_field(std::string_view field, HostEntry& e, std::set<std::string>& 
   } else if (key == "gpus") {
     auto v = whole(0, "gpus=8");
     if (!v) return v.status();
+    if (*v > kMaxDevicesPerResource) {
+      return invalid_argument("gpus: '" + value + "' is more than " + std::to_string(kMaxDevicesPerResource) +
+                              " devices of one resource on a host (the limit)");
+    }
     e.gpus = *v;
     return add_resource("GPU", detect::Quantity::whole(*v));
   } else if (key == "resources") {
     auto list = parse_resource_list(value);
     if (!list) return invalid_argument("resources: " + list.status().message());
-    for (const auto& [n, q] : *list) ACCRUN_RETURN_IF_ERROR(add_resource(n, q));
+    for (const auto& [n, q] : *list) {
+      if (Status st = add_resource(n, q); !st) return invalid_argument("resources: " + st.message());
+    }
   } else if (key == "accelerator_type") {
     e.accelerator_type = detect::canonical_type(value);
   } else if (key == "pod") {
@@ -267,54 +429,84 @@ Result<std::vector<std::pair<std::string, detect::Quantity>>> parse_resource_lis
 }
 
 Result<std::vector<std::string>> expand_hostnames(std::string_view expr) {
-  auto malformed = [&](const std::string& why) {
-    return invalid_argument("malformed host range '" + std::string(expr) + "': " + why);
-  };
-  if (expr.empty()) return invalid_argument("empty host name");
-  std::vector<std::string> names = {""};
-  std::size_t i = 0;
-  while (i < expr.size()) {
-    char c = expr[i];
-    if (c == ']') return malformed("']' without '['");
-    if (c == '[') {
-      std::size_t close = expr.find(']', i);
-      if (close == std::string_view::npos) return malformed("'[' without ']'");
-      std::string_view body = expr.substr(i + 1, close - i - 1);
-      if (body.find('[') != std::string_view::npos) return malformed("nested '['");
-      auto nums = expand_group(body, expr);
-      if (!nums) return nums.status();
-      if (names.size() * nums->size() > kMaxExpansion) {
-        return malformed("expands to more than " + std::to_string(kMaxExpansion) + " hosts");
-      }
-      std::vector<std::string> next;
-      next.reserve(names.size() * nums->size());
-      for (const auto& prefix : names) {
-        for (const auto& n : *nums) next.push_back(prefix + n);
-      }
-      names = std::move(next);
-      i = close + 1;
-      continue;
-    }
-    if (is_blank(c) || c == ',' || c == '#' || c == '=') {
-      return malformed(std::string("'") + c + "' is not allowed in a host name");
-    }
-    std::size_t j = i;
-    while (j < expr.size() && expr[j] != '[' && expr[j] != ']') ++j;
-    std::string_view lit = expr.substr(i, j - i);
-    for (char ch : lit) {
-      if (is_blank(ch) || ch == ',' || ch == '#' || ch == '=') {
-        return malformed(std::string("'") + ch + "' is not allowed in a host name");
-      }
-    }
-    for (auto& n : names) n.append(lit);
-    i = j;
-  }
+  auto e = parse_expression(expr);
+  auto names = e ? expand(*e) : Result<std::vector<std::string>>(e.status());
+  if (!names) return Status(names.status().code(), printable(names.status().message()));
   return names;
 }
+
+std::string printable(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  auto escape = [&](unsigned char b) {
+    out += "\\x";
+    out += kHex[b >> 4];
+    out += kHex[b & 0xf];
+  };
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    if (b == '\\') {
+      out += "\\\\";
+      ++i;
+    } else if (b < 0x20 || b == 0x7f) {
+      escape(b);
+      ++i;
+    } else if (b < 0x80) {
+      out += static_cast<char>(b);
+      ++i;
+    } else if (std::size_t len = utf8_length_at(text, i); len != 0) {
+      out.append(text.substr(i, len));
+      i += len;
+    } else {
+      escape(b);
+      ++i;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// The first byte of `line` that has no place in a hostfile's text: a control
+// byte other than TAB and CR anywhere, and, before any comment, a byte that
+// is not part of valid UTF-8.  Its message names the column.
+Status check_line_bytes(std::string_view line) {
+  const std::size_t hash = line.find('#');
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const auto b = static_cast<unsigned char>(line[i]);
+    if ((b < 0x20 && b != '\t' && b != '\r') || b == 0x7f) {
+      const std::string what = b == 0 ? "a NUL byte" : "the control byte " + printable(line.substr(i, 1));
+      return invalid_argument(what + " in column " + std::to_string(i + 1) +
+                              " (a hostfile is text; remove it)");
+    }
+  }
+  const std::string_view text = line.substr(0, hash);
+  for (std::size_t i = 0; i < text.size();) {
+    if (static_cast<unsigned char>(text[i]) < 0x80) {
+      ++i;
+    } else if (std::size_t len = utf8_length_at(text, i); len != 0) {
+      i += len;
+    } else {
+      return invalid_argument("a byte that is not UTF-8 (" + printable(text.substr(i, 1)) + ") in column " +
+                              std::to_string(i + 1) + " (save the hostfile as UTF-8 text)");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
 
 Result<std::vector<HostEntry>> parse_hostfile(std::string_view text, const std::string& filename) {
   std::vector<HostEntry> out;
   std::unordered_map<std::string, std::string> first_seen;  // host → origin
+  // (pod, worker id) → the host that has it and its origin.
+  std::map<std::pair<std::string, int>, std::pair<std::string, std::string>> workers;
+  const std::string shown_file = printable(filename);
+  // A byte-order mark some editors write: not part of the first host name.
+  constexpr std::string_view kBom = "\xEF\xBB\xBF";
+  if (text.substr(0, kBom.size()) == kBom) text.remove_prefix(kBom.size());
   std::size_t line_no = 0;
   std::size_t pos = 0;
   while (pos < text.size()) {
@@ -322,9 +514,10 @@ Result<std::vector<HostEntry>> parse_hostfile(std::string_view text, const std::
     std::size_t nl = text.find('\n', pos);
     std::string_view line = text.substr(pos, nl == std::string_view::npos ? text.npos : nl - pos);
     pos = nl == std::string_view::npos ? text.size() : nl + 1;
-    const std::string origin = filename + ":" + std::to_string(line_no);
-    auto fail = [&](const Status& s) { return Status(s.code(), origin + ": " + s.message()); };
+    const std::string origin = shown_file + ":" + std::to_string(line_no);
+    auto fail = [&](const Status& s) { return Status(s.code(), origin + ": " + printable(s.message())); };
 
+    if (Status st = check_line_bytes(line); !st) return Status(st.code(), origin + ": " + st.message());
     if (std::size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
     std::vector<std::string_view> words;
     for (std::size_t i = 0; i < line.size();) {
@@ -346,11 +539,15 @@ Result<std::vector<HostEntry>> parse_hostfile(std::string_view text, const std::
       Status st = apply_field(words[w], proto, seen);
       if (!st) return fail(st);
     }
-    auto names = expand_hostnames(words[0]);
-    if (!names) return fail(names.status());
-    if (out.size() + names->size() > kMaxExpansion) {
-      return fail(invalid_argument("more than " + std::to_string(kMaxExpansion) + " hosts"));
+    auto expr = parse_expression(words[0]);
+    if (!expr) return fail(expr.status());
+    // Checked before expanding, so the limit bounds the memory too.
+    if (out.size() + expr->count > kMaxHosts) {
+      return fail(invalid_argument("the hostfile declares more than " + limit_text(kMaxHosts) +
+                                   " hosts, the limit of one job"));
     }
+    auto names = expand(*expr);
+    if (!names) return fail(names.status());
     int worker_offset = 0;
     for (auto& name : *names) {
       auto [it, inserted] = first_seen.emplace(name, origin);
@@ -361,6 +558,15 @@ Result<std::vector<HostEntry>> parse_hostfile(std::string_view text, const std::
       HostEntry e = proto;
       e.name = std::move(name);
       if (e.pod_order) e.pod_order = *e.pod_order + worker_offset++;
+      if (e.pod_order && e.labels.pod) {
+        auto [w, fresh] = workers.try_emplace({*e.labels.pod, *e.pod_order}, e.name, origin);
+        if (!fresh) {
+          return fail(invalid_argument("host '" + e.name + "' is worker " + std::to_string(*e.pod_order) +
+                                       " of pod '" + *e.labels.pod + "', and so is host '" + w->second.first +
+                                       "' at " + w->second.second +
+                                       " (give each host of a pod its own worker id)"));
+        }
+      }
       out.push_back(std::move(e));
     }
   }
@@ -368,17 +574,47 @@ Result<std::vector<HostEntry>> parse_hostfile(std::string_view text, const std::
 }
 
 Result<std::vector<HostEntry>> read_hostfile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("cannot read hostfile '" + path + "': " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_hostfile(ss.str(), path);
+  const std::string shown = printable(path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return not_found("cannot read hostfile '" + shown + "': " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return not_found("cannot read hostfile '" + shown + "': " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) {
+    return invalid_argument("hostfile '" + shown + "' is a directory (give the file that lists the hosts)");
+  }
+  const bool regular = S_ISREG(st.st_mode);
+  const std::string too_big = "hostfile '" + shown + "' " +
+                              (regular ? std::string("is larger than ")
+                                       : std::string("is not a regular file and gave more than ")) +
+                              std::to_string(kMaxHostfileBytes >> 20) + " MiB, the limit for a hostfile";
+  if (regular && static_cast<unsigned long long>(st.st_size) > kMaxHostfileBytes) {
+    return invalid_argument(too_big);
+  }
+  // Bounded whatever stat said: /proc files claim size 0, and a device such
+  // as /dev/zero never ends.  One byte past the limit tells "too large".
+  std::string text;
+  text.resize(kMaxHostfileBytes + 1);
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return not_found("cannot read hostfile '" + shown + "': " + std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  if (got > kMaxHostfileBytes) return invalid_argument(too_big);
+  text.resize(got);
+  return parse_hostfile(text, path);
 }
 
 Result<std::vector<HostEntry>> parse_host_list(std::string_view list) {
   std::vector<HostEntry> out;
   std::unordered_map<std::string, bool> seen;
-  auto fail = [](const std::string& m) { return invalid_argument("-H: " + m); };
+  auto fail = [](const std::string& m) { return invalid_argument("-H: " + printable(m)); };
   if (list.empty()) return fail("empty host list (e.g. -H node1:4,node2:4)");
   for (std::string_view item : split_top_level(list)) {
     if (item.empty()) return fail("empty host between commas");
@@ -388,13 +624,19 @@ Result<std::vector<HostEntry>> parse_host_list(std::string_view list) {
       std::string_view n = item.substr(colon + 1);
       auto v = to_whole(n);
       if (!v || *v < 1 || *v > 100'000'000) {
-        return fail("'" + std::string(item) + "': slots '" + std::string(n) +
+        return fail("'" + shown_name(item) + "': slots '" + std::string(n) +
                     "' is not a whole number of at least 1 (e.g. node1:4)");
       }
       slots = static_cast<int>(*v);
       item = item.substr(0, colon);
     }
-    auto names = expand_hostnames(item);
+    auto expr = parse_expression(item);
+    if (!expr) return fail(expr.status().message());
+    // Checked before expanding, so the limit bounds the memory too.
+    if (out.size() + expr->count > kMaxHosts) {
+      return fail("more than " + limit_text(kMaxHosts) + " hosts, the limit of one job");
+    }
+    auto names = expand(*expr);
     if (!names) return fail(names.status().message());
     for (auto& name : *names) {
       if (!seen.emplace(name, true).second) {

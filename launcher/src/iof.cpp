@@ -23,74 +23,85 @@ bool write_all(int fd, const char* data, size_t n) {
       poll(&p, 1, -1);
       continue;
     }
+    if (w == 0) errno = EIO;
     return false;
   }
   return true;
 }
 
-void LineAssembler::emit(const char* data, size_t n, bool add_newline) {
-  if (broken_) return;
+LineAssembler::LineAssembler(std::string prefix, int out_fd)
+    : prefix_(std::move(prefix)), writer_([out_fd](const char* data, size_t n) { return write_all(out_fd, data, n); }) {}
+
+void LineAssembler::write_out(const char* data, size_t n) {
+  if (broken_ || n == 0) return;
+  if (!writer_(data, n)) {
+    broken_ = true;
+    error_ = errno != 0 ? errno : EIO;
+  }
+}
+
+void LineAssembler::flush_batch() {
+  write_out(out_.data(), out_.size());
   out_.clear();
-  out_.reserve(prefix_.size() + n + 1);
-  out_ += prefix_;
-  out_.append(data, n);
-  if (add_newline) out_ += '\n';
-  if (!write_all(out_fd_, out_.data(), out_.size())) broken_ = true;
+}
+
+// Writes the first kMaxPiece bytes of the current line while more than that
+// is held, each as a piece of its own.
+void LineAssembler::emit_long_pieces() {
+  if (partial_.size() <= kMaxPiece) return;
+  flush_batch();  // earlier lines of this stream go first
+  size_t off = 0;
+  while (partial_.size() - off > kMaxPiece) {
+    if (prefix_.empty()) {
+      write_out(partial_.data() + off, kMaxPiece);
+    } else {
+      out_ = prefix_;
+      out_.append(partial_, off, kMaxPiece);
+      out_ += '\n';
+      flush_batch();
+    }
+    off += kMaxPiece;
+  }
+  partial_.erase(0, off);
 }
 
 void LineAssembler::feed(const char* data, size_t n) {
-  if (prefix_.empty()) {
-    // Untagged: everything up to the last newline goes out in one write.
-    const char* last = static_cast<const char*>(memrchr(data, '\n', n));
-    if (last == nullptr) {
-      partial_.append(data, n);
-      if (partial_.size() > kMaxPartial) {
-        emit(partial_.data(), partial_.size(), false);
-        partial_.clear();
-      }
-      return;
-    }
-    size_t upto = static_cast<size_t>(last - data) + 1;
-    if (!broken_) {
-      if (partial_.empty()) {
-        if (!write_all(out_fd_, data, upto)) broken_ = true;
-      } else {
-        partial_.append(data, upto);
-        if (!write_all(out_fd_, partial_.data(), partial_.size())) broken_ = true;
-        partial_.clear();
-      }
-    }
-    partial_.clear();
-    partial_.append(data + upto, n - upto);
-    return;
-  }
-  // Tagged: one buffer with a prefix before every line, written at once.
-  out_.clear();
   size_t pos = 0;
   while (pos < n) {
     const char* nl = static_cast<const char*>(std::memchr(data + pos, '\n', n - pos));
-    if (nl == nullptr) break;
-    size_t end = static_cast<size_t>(nl - data) + 1;
-    out_ += prefix_;
-    if (!partial_.empty()) {
-      out_ += partial_;
-      partial_.clear();
+    if (nl == nullptr) {
+      partial_.append(data + pos, n - pos);
+      emit_long_pieces();
+      break;
     }
-    out_.append(data + pos, end - pos);
+    size_t end = static_cast<size_t>(nl - data) + 1;
+    size_t body = end - 1 - pos;  // this line's bytes here, without the newline
+    if (partial_.size() + body > kMaxPiece) {
+      // A long line ends here: its full pieces, then its rest with the newline.
+      partial_.append(data + pos, body);
+      emit_long_pieces();
+      out_ += prefix_;
+      out_ += partial_;
+      out_ += '\n';
+    } else {
+      out_ += prefix_;
+      out_ += partial_;
+      out_.append(data + pos, end - pos);
+    }
+    partial_.clear();
     pos = end;
   }
-  if (!out_.empty() && !broken_ && !write_all(out_fd_, out_.data(), out_.size())) broken_ = true;
-  partial_.append(data + pos, n - pos);
-  if (partial_.size() > kMaxPartial) {
-    emit(partial_.data(), partial_.size(), true);
-    partial_.clear();
-  }
+  flush_batch();
 }
 
 void LineAssembler::finish() {
+  flush_batch();
   if (partial_.empty()) return;
-  emit(partial_.data(), partial_.size(), !prefix_.empty());
+  out_ = prefix_;
+  out_ += partial_;
+  if (!prefix_.empty()) out_ += '\n';
   partial_.clear();
+  flush_batch();
 }
 
 }  // namespace accrun::launcher

@@ -4,7 +4,9 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -15,6 +17,10 @@
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <vector>
+
+#include "accrun/log.hpp"
 
 namespace accrun::launcher {
 
@@ -52,6 +58,143 @@ void remove_tree(const std::string& path) {
 
 namespace {
 
+// Empties the directory open at `dfd`, every name resolved relative to an
+// open descriptor and no link followed.
+void remove_entries_at(int dfd) {
+  const int scan = dup(dfd);  // fdopendir takes over the descriptor
+  if (scan < 0) return;
+  DIR* d = fdopendir(scan);
+  if (d == nullptr) {
+    close(scan);
+    return;
+  }
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d))
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+  closedir(d);
+  for (const std::string& n : names) remove_at(dfd, n.c_str());
+}
+
+// Opens `name` under `base_fd` if it is a directory that is ours to remove:
+// not a link, owned by this effective uid, writable by nobody else.
+// The checks are made on the opened directory itself.  -1 otherwise, with
+// the reason in *why.
+int open_own_dir(int base_fd, const char* name, struct stat* st, const char** why) {
+  const int fd = openat(base_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    *why = errno == ELOOP || errno == ENOTDIR ? "not a directory" : "cannot be opened";
+    return -1;
+  }
+  if (fstat(fd, st) != 0 || !S_ISDIR(st->st_mode)) {
+    *why = "not a directory";
+  } else if (st->st_uid != geteuid()) {
+    *why = "owned by another user";
+  } else if ((st->st_mode & 022) != 0) {
+    *why = "writable by other users";
+  } else {
+    return fd;
+  }
+  close(fd);
+  return -1;
+}
+
+// accrun.<uid>.<hex digits>, nothing else (the runtime's lone and pmix
+// directories have their own sweep).
+bool is_job_dir_name(const char* name, const std::string& prefix) {
+  if (std::strncmp(name, prefix.c_str(), prefix.size()) != 0) return false;
+  const char* id = name + prefix.size();
+  size_t n = 0;
+  for (; id[n] != 0; ++n)
+    if (!((id[n] >= '0' && id[n] <= '9') || (id[n] >= 'a' && id[n] <= 'f'))) return false;
+  return n > 0 && n <= 64;
+}
+
+void sweep_one_root(const std::string& root, const std::string& prefix) {
+  const int base_fd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (base_fd < 0) return;
+  std::vector<std::string> names;
+  if (const int scan = dup(base_fd); scan >= 0) {
+    if (DIR* d = fdopendir(scan)) {
+      while (dirent* e = readdir(d))
+        if (is_job_dir_name(e->d_name, prefix)) names.emplace_back(e->d_name);
+      closedir(d);
+    } else {
+      close(scan);
+    }
+  }
+  for (const std::string& name : names) {
+    struct stat st {};
+    const char* why = "";
+    const int dfd = open_own_dir(base_fd, name.c_str(), &st, &why);
+    if (dfd < 0) {
+      log(LogLevel::kDebug, "left %s/%s alone: %s", root.c_str(), name.c_str(), why);
+      continue;
+    }
+    bool stale = false;
+    const int lock = openat(dfd, "owner", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (lock >= 0) {
+      // Held by a live accrun or its janitor; free once both are gone.  We
+      // keep it while removing, so two sweepers do not interleave.
+      stale = flock(lock, LOCK_EX | LOCK_NB) == 0;
+    } else if (errno == ENOENT) {
+      timespec now{};
+      clock_gettime(CLOCK_REALTIME, &now);
+      stale = now.tv_sec - st.st_mtim.tv_sec > kOwnerlessGraceSeconds;
+    }
+    if (stale) {
+      remove_entries_at(dfd);
+      // /tmp and /dev/shm are sticky: only we can rename our entry, so the
+      // name still denotes the directory just emptied.
+      if (unlinkat(base_fd, name.c_str(), AT_REMOVEDIR) == 0)
+        log(LogLevel::kDebug, "removed the stale job directory %s/%s", root.c_str(), name.c_str());
+    }
+    if (lock >= 0) close(lock);
+    close(dfd);
+  }
+  close(base_fd);
+}
+
+}  // namespace
+
+void sweep_stale_job_dirs(const std::string& tmpdir, const std::string& shm_root) {
+  const std::string prefix = "accrun." + std::to_string(getuid()) + ".";
+  if (!tmpdir.empty()) sweep_one_root(tmpdir, prefix);
+  if (!shm_root.empty() && shm_root != tmpdir) sweep_one_root(shm_root, prefix);
+}
+
+Result<int> hold_owner_lock(const std::string& dir) {
+  const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) return system_error("cannot open " + dir);
+  // Locked under a temporary name, then renamed: a sweeper never sees an
+  // unlocked `owner` of a live job.
+  const std::string tmp = "owner." + std::to_string(getpid()) + ".tmp";
+  const int fd = openat(dfd, tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    Status st = system_error("cannot create " + dir + "/" + tmp);
+    close(dfd);
+    return st;
+  }
+  Status st = Status::ok();
+  const std::string pid = std::to_string(getpid()) + "\n";
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    st = system_error("cannot lock " + dir + "/" + tmp);
+  } else if (write(fd, pid.data(), pid.size()) != static_cast<ssize_t>(pid.size())) {
+    st = system_error("cannot write " + dir + "/" + tmp);
+  } else if (renameat2(dfd, tmp.c_str(), dfd, "owner", RENAME_NOREPLACE) != 0) {
+    st = system_error("cannot create " + dir + "/owner");
+  }
+  if (!st) {
+    unlinkat(dfd, tmp.c_str(), 0);
+    close(fd);
+    close(dfd);
+    return st;
+  }
+  close(dfd);
+  return fd;
+}
+
+namespace {
+
 // Whether a process that is not a zombie is left in one of `groups`.
 // Zombies count as gone: they cannot write, and whoever adopted them (init,
 // a subreaper) reaps them in its own time.
@@ -85,7 +228,31 @@ bool groups_alive(const std::vector<pid_t>& groups) {
   return alive;
 }
 
-// The janitor's life: wait for the pipe, clean up if accrun died.
+// recv() that keeps any descriptors passed along (SCM_RIGHTS) in `fds`:
+// reading without a control buffer would make the kernel drop them.
+ssize_t recv_with_fds(int fd, void* buf, size_t len, std::vector<int>& fds) {
+  iovec iov{buf, len};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+  if (n <= 0) return n;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int got = -1;
+      std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
+      fds.push_back(got);
+    }
+  }
+  return n;
+}
+
+// The janitor's life: wait for the socket, clean up if accrun died.
 [[noreturn]] void janitor_main(int fd, const std::vector<std::string>& dirs) {
   prctl(PR_SET_NAME, "accrun-janitor");
   // Out of accrun's session: a Ctrl-C or hang-up aimed at accrun's
@@ -102,7 +269,8 @@ bool groups_alive(const std::vector<pid_t>& groups) {
     dup2(devnull, 2);
   }
   // Hold nothing of accrun's open: its pipes' readers must see EOF when
-  // accrun and the ranks are gone.
+  // accrun and the ranks are gone.  (Owner locks arrive later, on the
+  // socket, and are kept.)
   if (fd != 3) {
     dup2(fd, 3);
     fd = 3;
@@ -110,16 +278,19 @@ bool groups_alive(const std::vector<pid_t>& groups) {
   syscall(SYS_close_range, 4U, ~0U, 0U);
 
   std::vector<pid_t> groups;
+  std::vector<int> held;  // owner locks, kept open until we exit
   for (;;) {
     char tag = 0;
-    ssize_t n = read(fd, &tag, 1);
+    ssize_t n = recv_with_fds(fd, &tag, 1, held);
     if (n < 0 && errno == EINTR) continue;
     if (n == 1 && tag == 'D') _exit(0);
+    if (n == 1 && tag == 'L') continue;  // its descriptor is in `held` now
     if (n == 1 && tag == 'G') {
       int32_t pg = 0;
       size_t got = 0;
       while (got < sizeof pg) {
-        ssize_t m = read(fd, reinterpret_cast<char*>(&pg) + got, sizeof pg - got);
+        ssize_t m = recv_with_fds(fd, reinterpret_cast<char*>(&pg) + got, sizeof pg - got, held);
+        if (m < 0 && errno == EINTR) continue;
         if (m <= 0) break;
         got += static_cast<size_t>(m);
       }
@@ -144,8 +315,12 @@ bool groups_alive(const std::vector<pid_t>& groups) {
 }  // namespace
 
 Result<Janitor> Janitor::start(std::vector<std::string> dirs) {
+  // A socket rather than a pipe: owner-lock descriptors travel on it too.
   int p[2];
-  if (pipe2(p, O_CLOEXEC) != 0) return system_error("pipe");
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p) != 0) return system_error("socketpair");
+  // Only accrun writes and only the janitor reads.
+  shutdown(p[0], SHUT_WR);
+  shutdown(p[1], SHUT_RD);
   pid_t pid = fork();
   if (pid < 0) {
     int err = errno;
@@ -181,14 +356,39 @@ void Janitor::watch_group(pid_t pgid) {
   rec[0] = 'G';
   int32_t pg = pgid;
   std::memcpy(rec + 1, &pg, sizeof pg);
-  ssize_t n = write(fd_, rec, sizeof rec);  // 5 bytes < PIPE_BUF: atomic
+  // One writer (accrun's event loop); MSG_NOSIGNAL: a dead janitor is no
+  // reason for a SIGPIPE.
+  ssize_t n = send(fd_, rec, sizeof rec, MSG_NOSIGNAL);
   (void)n;
+}
+
+Status Janitor::hold(int fd) {
+  if (fd_ < 0) return invalid_usage("Janitor::hold: no janitor runs");
+  char tag = 'L';
+  iovec iov{&tag, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  ssize_t n;
+  do {
+    n = sendmsg(fd_, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1) return system_error("passing the owner lock to the janitor");
+  return Status::ok();
 }
 
 void Janitor::dismiss(bool reaped) {
   if (fd_ >= 0) {
     char d = 'D';
-    ssize_t n = write(fd_, &d, 1);
+    ssize_t n = send(fd_, &d, 1, MSG_NOSIGNAL);
     (void)n;
     close(fd_);
     fd_ = -1;

@@ -1,4 +1,8 @@
 // The accrun program: parses the command line and runs one mode.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 
 #include "accrun/commands.hpp"
@@ -7,8 +11,31 @@
 
 extern char** environ;
 
+namespace {
+
+// Puts /dev/null on each of fds 0-2 that is closed, before anything else
+// opens a descriptor: otherwise the next one opened (the signalfd, the
+// janitor's pipe, a rank's pipe) would become stdin/stdout/stderr and be
+// read as input, written to as output, or replaced by the janitor's own
+// redirection.  Returns false if one cannot be opened.
+bool open_standard_fds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    int got = open("/dev/null", O_RDWR);  // the lowest free descriptor: `fd`
+    if (got < 0) return false;
+    if (got != fd) {
+      dup2(got, fd);
+      close(got);
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace accrun::launcher;
+  if (!open_standard_fds()) return 1;  // nowhere to say so either
   auto opts = parse_options(argc, argv);
   if (!opts) {
     std::fprintf(stderr, "accrun: %s\n", opts.status().message().c_str());
@@ -22,6 +49,7 @@ int main(int argc, char** argv) {
     std::fputs(version_text().c_str(), stdout);
     return 0;
   }
+  if (opts->daemon) return daemon_main(*opts, environ);
   if (opts->detect) return detect_main(*opts, environ);
   if (opts->dry_run) return dry_run_main(*opts, environ);
   return launch_main(*opts, environ);

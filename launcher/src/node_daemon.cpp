@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "accrun/log.hpp"
@@ -162,6 +163,49 @@ Resolved resolve_program(const std::string& program, const std::string& path,
   return r;
 }
 
+// The interpreter a "#!" script names (as the kernel reads it: up to the
+// first blank or newline), or "" if `path` is not such a script.
+std::string script_interpreter(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  char buf[256];
+  ssize_t n = read(fd, buf, sizeof buf);
+  close(fd);
+  if (n < 2 || buf[0] != '#' || buf[1] != '!') return "";
+  auto end = static_cast<size_t>(n);
+  size_t i = 2;
+  while (i < end && (buf[i] == ' ' || buf[i] == '\t')) ++i;
+  size_t j = i;
+  while (j < end && buf[j] != ' ' && buf[j] != '\t' && buf[j] != '\n' && buf[j] != '\0') ++j;
+  return std::string(buf + i, j - i);
+}
+
+// Whether the "#!" interpreter of `path` (a file that exists) is missing or
+// not executable, as execve would find: then the exit status shells give
+// (bash: 127 missing, 126 not executable) and a message naming `program`
+// and the interpreter.  Status 0 if there is nothing wrong with it.
+Resolved check_interpreter(const std::string& program, const std::string& path,
+                           const std::optional<std::string>& wdir) {
+  Resolved r;
+  std::string interp = script_interpreter(path);
+  if (interp.empty()) return r;
+  // A relative interpreter is taken from the rank's working directory.
+  std::string where = interp[0] == '/' || !wdir ? interp : *wdir + "/" + interp;
+  struct stat st;
+  int err = 0;
+  if (stat(where.c_str(), &st) != 0) {
+    err = errno;
+  } else if (S_ISDIR(st.st_mode)) {
+    err = EACCES;
+  } else if (access(where.c_str(), X_OK) != 0) {
+    err = errno;
+  }
+  if (err == 0) return r;
+  r.status = err == ENOENT || err == ENOTDIR ? 127 : 126;
+  r.message = "'" + program + "': bad interpreter '" + interp + "': " + std::strerror(err);
+  return r;
+}
+
 std::string signal_name(int sig) {
   const char* d = strsignal(sig);
   return std::string(sigabbrev_np(sig) ? std::string("SIG") + sigabbrev_np(sig) : "signal") + " (" +
@@ -180,9 +224,13 @@ struct RankState {
   bool failed = false;
 };
 
+// Which of accrun's outputs a stream is forwarded to.
+enum class OutKind { kStdout = 0, kStderr = 1 };
+
 struct OutStream {
   int fd = -1;
   int rank = 0;
+  OutKind kind = OutKind::kStdout;
   std::unique_ptr<LineAssembler> lines;
 };
 
@@ -259,13 +307,15 @@ class Daemon final : public ClientEvents {
 
   RankState* state_of(int rank);
   const std::string& host_of(int rank) const { return plan_.hosts[plan_.ranks[rank].host].inventory.host; }
-  void record_failure(RankState& r, int status, const std::string& kind, const std::string& how);
+  void record_failure(RankState& r, int status, const std::string& kind, const std::string& how, bool quiet = false);
   void apply_policy();
   void terminate_all(int sig);
   void reap();
   void handle_signal(const signalfd_siginfo& si);
   void read_output(OutStream& s);
   void close_stream(OutStream& s);
+  void output_failed(OutKind kind, int err);
+  int prepare_output_dir();
   void stdin_readable();
   void stdin_writable(StdinTarget& t);
   void close_target(StdinTarget& t);
@@ -280,6 +330,7 @@ class Daemon final : public ClientEvents {
   std::string rendezvous_;
   std::string shm_dir_;
   Janitor janitor_;
+  std::vector<int> owner_fds_;          // owner locks of the job's directories
   bool janitor_reaped_ = false;
   int epfd_ = -1;
   int sigfd_ = -1;
@@ -299,6 +350,9 @@ class Daemon final : public ClientEvents {
   bool stdin_eof_ = false;
   bool stdin_polled_ = false;
   bool stdin_in_epoll_ = false;
+  std::vector<int> output_files_;      // --output-dir: each local rank's stdout, stderr
+  bool output_broken_[2] = {false, false};  // by OutKind: writing accrun's output failed
+  int output_errno_ = 0;               // the first such failure's errno
 
   std::optional<int> exit_code_;        // the first decisive event's status
   bool terminating_ = false;            // we have signalled the ranks
@@ -317,6 +371,8 @@ Daemon::~Daemon() {
     if (s->fd >= 0) close(s->fd);
   for (auto& t : stdin_targets_)
     if (t->fd >= 0) close(t->fd);
+  for (int fd : output_files_)
+    if (fd >= 0) close(fd);
   if (sigfd_ >= 0) close(sigfd_);
   if (epfd_ >= 0) close(epfd_);
   if (mask_set_) sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
@@ -362,7 +418,9 @@ void Daemon::on_abort(int rank, int status, const std::string& message) {
   record_failure(*r, status, "abort", how);
 }
 
-void Daemon::record_failure(RankState& r, int status, const std::string& kind, const std::string& how) {
+// quiet: the failure is a consequence of one already reported (a rank killed
+// by SIGPIPE after accrun's output went away): counted, not printed.
+void Daemon::record_failure(RankState& r, int status, const std::string& kind, const std::string& how, bool quiet) {
   if (r.failed) return;
   r.failed = true;
   // Deaths we caused by signalling the ranks are not failures of their own.
@@ -370,7 +428,7 @@ void Daemon::record_failure(RankState& r, int status, const std::string& kind, c
   bool first = !exit_code_.has_value();
   if (!first && cfg_.on_failure == OnFailure::kKill) return;
   std::string text = "rank " + std::to_string(r.rank) + " on host " + host_of(r.rank) + " " + how;
-  say(cfg_.err_fd, text);
+  if (!quiet) say(cfg_.err_fd, text);
   if (first) exit_code_ = status;
   bool kill = cfg_.on_failure == OnFailure::kKill;
   if (kill) {
@@ -394,7 +452,8 @@ void Daemon::apply_policy() {
   policy_deadline_.reset();
   int n = 0;
   for (const auto& [rank, s] : ranks_) n += s.running && !s.failed ? 1 : 0;
-  if (n > 0 && !terminating_) say(cfg_.err_fd, "terminating the other " + std::to_string(n) + " rank(s) (--on-failure kill)");
+  bool output_gone = output_broken_[0] || output_broken_[1];  // already said why
+  if (n > 0 && !terminating_ && !output_gone) say(cfg_.err_fd, "terminating the other " + std::to_string(n) + " rank(s) (--on-failure kill)");
   terminate_all(SIGTERM);
 }
 
@@ -427,7 +486,8 @@ void Daemon::reap() {
     r.running = false;
     if (WIFSIGNALED(st)) {
       int sig = WTERMSIG(st);
-      record_failure(r, 128 + sig, "signal", "was killed by " + signal_name(sig));
+      bool output_gone = output_broken_[0] || output_broken_[1];
+      record_failure(r, 128 + sig, "signal", "was killed by " + signal_name(sig), sig == SIGPIPE && output_gone);
     } else if (WIFEXITED(st)) {
       int code = WEXITSTATUS(st);
       if (r.aborted) {
@@ -473,6 +533,27 @@ void Daemon::close_stream(OutStream& s) {
   s.lines->finish();
 }
 
+// Writing accrun's stdout (or stderr) failed: the reader went away (EPIPE)
+// or the file cannot take more (ENOSPC, EIO).  As in a shell pipeline, the
+// writers learn it: the read ends of every rank's pipes of that kind are
+// closed, so each rank gets SIGPIPE (or EPIPE) on its next write, and no
+// more of that output is read.  One line says so; the ranks' SIGPIPE deaths
+// are not reported one by one (accrun(1), OUTPUT and EXIT STATUS).
+void Daemon::output_failed(OutKind kind, int err) {
+  auto k = static_cast<size_t>(kind);
+  if (output_broken_[k]) return;
+  output_broken_[k] = true;
+  if (output_errno_ == 0) output_errno_ = err;
+  for (auto& s : streams_) {
+    if (s->kind != kind || s->fd < 0) continue;
+    epoll_ctl(epfd_, EPOLL_CTL_DEL, s->fd, nullptr);
+    close(s->fd);
+    s->fd = -1;
+  }
+  say(cfg_.err_fd, std::string("cannot write the ranks' standard ") + (kind == OutKind::kStdout ? "output" : "error") +
+                       ": " + std::strerror(err) + "; closing it for every rank (a rank writing to it gets SIGPIPE)");
+}
+
 void Daemon::read_output(OutStream& s) {
   // One read per wake-up and stream keeps a flooding rank from starving
   // the others (epoll is level-triggered).
@@ -480,6 +561,7 @@ void Daemon::read_output(OutStream& s) {
   ssize_t n = read(s.fd, buf, sizeof buf);
   if (n > 0) {
     s.lines->feed(buf, static_cast<size_t>(n));
+    if (s.lines->broken()) output_failed(s.kind, s.lines->error());
     return;
   }
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
@@ -558,7 +640,54 @@ int Daemon::run() {
   int status = setup_and_spawn();
   if (status < 0) status = loop();
   finish();
+  // Output was lost although no rank failed (they wrote it before the pipes
+  // were closed): accrun reports it as a pipeline's writer would, 141 for a
+  // reader that went away (128 + SIGPIPE), 1 for another write error.
+  if (status == 0 && output_errno_ != 0) status = output_errno_ == EPIPE ? 128 + SIGPIPE : 1;
   return status;
+}
+
+// --output-dir: creates DIR (and its parents), DIR/rank.R and opens each
+// local rank's stdout and stderr there, before anything starts, so that an
+// unusable directory is bad input (status 2) with nothing started.
+int Daemon::prepare_output_dir() {
+  const std::string& dir = *cfg_.output_dir;
+  auto fail = [&](const std::string& path, int err) {
+    say(cfg_.err_fd, "--output-dir " + dir + ": cannot create " + path + ": " + std::strerror(err) +
+                         "; nothing was started");
+    for (int& fd : output_files_) {
+      if (fd >= 0) close(fd);
+      fd = -1;
+    }
+    output_files_.clear();
+    return 2;
+  };
+  auto make_dir = [](const std::string& path) {
+    if (mkdir(path.c_str(), 0755) == 0) return 0;
+    int err = errno;
+    struct stat st;
+    if (err == EEXIST) return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+    return err;
+  };
+  for (size_t slash = dir.find('/', 1); slash != std::string::npos; slash = dir.find('/', slash + 1)) {
+    std::string parent = dir.substr(0, slash);
+    if (int err = make_dir(parent); err != 0 && err != EEXIST) {
+      struct stat st;
+      if (stat(parent.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;  // e.g. "/" or not ours to create
+      return fail(parent, err);
+    }
+  }
+  if (int err = make_dir(dir); err != 0) return fail(dir, err);
+  for (int r : local_ranks_) {
+    std::string rdir = dir + "/rank." + std::to_string(r);
+    if (int err = make_dir(rdir); err != 0) return fail(rdir, err);
+    for (const char* name : {"/stdout", "/stderr"}) {
+      int fd = open((rdir + name).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) return fail(rdir + name, errno);
+      output_files_.push_back(fd);
+    }
+  }
+  return 0;
 }
 
 // Returns -1 when the ranks run, else an exit status (nothing left running).
@@ -567,6 +696,10 @@ int Daemon::setup_and_spawn() {
     if (r.host == cfg_.host) local_ranks_.push_back(r.rank);
   if (cfg_.command.empty()) {
     say(cfg_.err_fd, "no program given (usage: accrun -n N program [args...])");
+    return 2;
+  }
+  if (cfg_.command.front().empty()) {
+    say(cfg_.err_fd, "empty program name (usage: accrun -n N program [args...]); nothing was started");
     return 2;
   }
 
@@ -596,6 +729,10 @@ int Daemon::setup_and_spawn() {
       if (it != envs[local_ranks_.front()].end()) path = it->second;
     }
     Resolved res = resolve_program(cfg_.command.front(), path, cfg_.wdir);
+    if (res.status == 0) {
+      Resolved bad = check_interpreter(cfg_.command.front(), res.path, cfg_.wdir);
+      if (bad.status != 0) res = bad;
+    }
     if (res.status != 0) {
       say(cfg_.err_fd, res.message + "; nothing was started");
       return res.status;
@@ -614,6 +751,9 @@ int Daemon::setup_and_spawn() {
     say(cfg_.err_fd, "--stdin " + std::to_string(cfg_.stdin_rank) + ": no such rank (the job has " +
                          std::to_string(plan_.ranks.size()) + ")");
     return 2;
+  }
+  if (cfg_.output_dir) {
+    if (int status = prepare_output_dir(); status != 0) return status;
   }
 
   // Signals: blocked before any thread exists (PMIx starts its own), read
@@ -640,6 +780,9 @@ int Daemon::setup_and_spawn() {
   std::string uid = std::to_string(getuid());
   rendezvous_ = cfg_.tmpdir + "/accrun." + uid + "." + jobid_;
   shm_dir_ = cfg_.shm_root + "/accrun." + uid + "." + jobid_;
+  // Directories of this user's jobs whose accrun and janitor both died (a
+  // cgroup kill, the OOM killer) go now: nobody holds their owner lock.
+  sweep_stale_job_dirs(cfg_.tmpdir, cfg_.shm_root);
   auto jan = Janitor::start({rendezvous_, shm_dir_});
   if (!jan) {
     say(cfg_.err_fd, jan.status().message());
@@ -650,6 +793,20 @@ int Daemon::setup_and_spawn() {
   for (const std::string& d : {rendezvous_, rendezvous_ + "/job", shm_dir_, shm_dir_ + "/ompi"}) {
     Status s = make_private_dir(d);
     if (!s) {
+      say(cfg_.err_fd, s.message());
+      return 1;
+    }
+  }
+  // The owner locks say the directories are in use; the janitor holds a
+  // copy, so they stay held while either process lives.
+  for (const std::string& d : {rendezvous_, shm_dir_}) {
+    auto lock = hold_owner_lock(d);
+    if (!lock) {
+      say(cfg_.err_fd, lock.status().message());
+      return 1;
+    }
+    owner_fds_.push_back(*lock);
+    if (Status s = janitor_.hold(*lock); !s) {
       say(cfg_.err_fd, s.message());
       return 1;
     }
@@ -751,13 +908,9 @@ int Daemon::setup_and_spawn() {
       }
     }
     if (cfg_.output_dir) {
-      std::string dir = *cfg_.output_dir;
-      mkdir(dir.c_str(), 0755);
-      dir += "/rank." + std::to_string(r);
-      mkdir(dir.c_str(), 0755);
-      c.out_fd = open((dir + "/stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      c.err_fd = open((dir + "/stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (c.out_fd < 0 || c.err_fd < 0) return fail_setup("--output-dir " + dir);
+      // Opened by prepare_output_dir(); from here on closed after the fork.
+      c.out_fd = std::exchange(output_files_[2 * i], -1);
+      c.err_fd = std::exchange(output_files_[2 * i + 1], -1);
       close_after_fork.push_back(c.out_fd);
       close_after_fork.push_back(c.err_fd);
     } else {
@@ -771,6 +924,7 @@ int Daemon::setup_and_spawn() {
         auto s = std::make_unique<OutStream>();
         s->fd = p[0];
         s->rank = r;
+        s->kind = which == 0 ? OutKind::kStdout : OutKind::kStderr;
         s->lines = std::make_unique<LineAssembler>(prefix, which == 0 ? cfg_.out_fd : cfg_.err_fd);
         (which == 0 ? c.out_fd : c.err_fd) = p[1];
         close_after_fork.push_back(p[1]);
@@ -849,6 +1003,15 @@ int Daemon::setup_and_spawn() {
       exec_failed = report.stage == 2 && err == ENOENT ? 127 : report.stage == 2 ? 126 : 1;
       exec_message = report.stage == 1 ? "cannot change to directory " + std::string(wdir) + ": " + std::strerror(err)
                                        : "cannot execute " + exec_path + ": " + std::strerror(err);
+      if (report.stage == 2) {
+        // ENOENT or EACCES for a file that exists: its "#!" interpreter
+        // (checked before the start, but it may have gone since).
+        Resolved bad = check_interpreter(cfg_.command.front(), exec_path, cfg_.wdir);
+        if (bad.status != 0) {
+          exec_failed = bad.status;
+          exec_message = bad.message;
+        }
+      }
       break;
     }
   }
@@ -981,6 +1144,8 @@ void Daemon::finish() {
   if (!shm_dir_.empty()) remove_tree(shm_dir_);
   if (!rendezvous_.empty()) remove_tree(rendezvous_);
   janitor_.dismiss(janitor_reaped_);
+  for (int fd : owner_fds_) close(fd);
+  owner_fds_.clear();
   trace(t0_, "cleaned up");
   // Drain SIGCHLDs we caused so the caller's mask is restored clean.
   while (waitpid(-1, nullptr, WNOHANG) > 0) {

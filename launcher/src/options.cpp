@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -65,6 +66,9 @@ po::options_description make_description() {
     ("detect", po::bool_switch())
     ("json", po::bool_switch())
     ("topology", s())
+    ("launch-agent", s())
+    ("fanout", s())
+    ("daemon-path", s())
     ("version", po::bool_switch())
     ("help,h", po::bool_switch())
     ("daemon", po::bool_switch());
@@ -121,14 +125,26 @@ Result<long long> parse_whole(std::string_view name, const std::string& text, lo
   return v;
 }
 
-Result<double> parse_seconds(std::string_view name, const std::string& text) {
+// The longest --timeout and --kill-grace (accrun(1) LIMITS): past them the
+// conversion to a deadline would overflow and fire at once.
+constexpr double kMaxTimeoutS = 365.0 * 24 * 3600;  // one year
+constexpr double kMaxKillGraceS = 24.0 * 3600;      // one day
+
+Result<double> parse_seconds(std::string_view name, const std::string& text, double max,
+                             const char* max_shown) {
   char* end = nullptr;
   errno = 0;
   double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || errno != 0 || !std::isfinite(v)) {
+  if (text.empty() || end != text.c_str() + text.size() || (errno != 0 && errno != ERANGE)) {
     return bad(name, "'" + text + "' is not a number of seconds (e.g. 30 or 0.5)");
   }
+  if (std::isnan(v)) return bad(name, "'" + text + "' is not a number of seconds (e.g. 30 or 0.5)");
   if (v < 0) return bad(name, "'" + text + "' is negative (give seconds, 0 or more)");
+  // Infinity and values that overflowed (ERANGE) land here too.
+  if (!(v <= max)) {
+    return bad(name, "'" + text + "' is more than " + std::to_string(static_cast<long long>(max)) + " seconds (" +
+                         max_shown + "), the limit");
+  }
   return v;
 }
 
@@ -335,6 +351,10 @@ Result<Options> convert(const po::variables_map& vm, std::vector<std::string> co
   if (const auto* v = str("num-gpus")) {
     auto n = parse_whole("num-gpus", *v, 0, "--num-gpus 8");
     if (!n) return n.status();
+    if (*n > hostfiles::kMaxDevicesPerResource) {
+      return bad("num-gpus", "'" + *v + "' is more than " + std::to_string(hostfiles::kMaxDevicesPerResource) +
+                                 " devices of one resource on a host (the limit)");
+    }
     o.num_gpus = static_cast<int>(*n);
   }
   {
@@ -347,6 +367,11 @@ Result<Options> convert(const po::variables_map& vm, std::vector<std::string> co
         if (!q.is_whole()) {
           return bad("resources", "a host has whole devices: " + name + "=" + q.str() +
                                       " is not a whole number");
+        }
+        if (q.whole_part() > hostfiles::kMaxDevicesPerResource) {
+          return bad("resources", name + "=" + q.str() + ": more than " +
+                                      std::to_string(hostfiles::kMaxDevicesPerResource) +
+                                      " devices of one resource on a host (the limit)");
         }
         o.resources.emplace_back(name, q);
       }
@@ -393,14 +418,29 @@ Result<Options> convert(const po::variables_map& vm, std::vector<std::string> co
     }
   }
   if (const auto* v = str("timeout")) {
-    auto s = parse_seconds("timeout", *v);
+    auto s = parse_seconds("timeout", *v, kMaxTimeoutS, "one year");
     if (!s) return s.status();
     o.timeout_s = *s;
   }
   if (const auto* v = str("kill-grace")) {
-    auto s = parse_seconds("kill-grace", *v);
+    auto s = parse_seconds("kill-grace", *v, kMaxKillGraceS, "one day");
     if (!s) return s.status();
     o.kill_grace_s = *s;
+  }
+  if (const auto* v = str("launch-agent")) {
+    if (v->find_first_not_of(" \t") == std::string::npos)
+      return bad("launch-agent", "needs a command (e.g. --launch-agent 'ssh -F cfg', or a template with {host} and {cmd})");
+    o.launch_agent = *v;
+  }
+  if (const auto* v = str("fanout")) {
+    auto n = parse_whole("fanout", *v, 1, "--fanout 32");
+    if (!n) return n.status();
+    if (*n > 1024) return bad("fanout", "'" + *v + "' is more than 1024 launch connections per process");
+    o.fanout = static_cast<int>(*n);
+  }
+  if (const auto* v = str("daemon-path")) {
+    if (v->empty()) return bad("daemon-path", "needs the path of accrun on the other hosts");
+    o.daemon_path = *v;
   }
   if (const auto* v = str("on-failure")) {
     auto r = parse_choice<OnFailure>("on-failure", *v,
@@ -428,6 +468,9 @@ Result<Options> convert(const po::variables_map& vm, std::vector<std::string> co
   return o;
 }
 
+// Messages quote what the user typed: never with raw control bytes.
+Status printable_status(const Status& s) { return Status(s.code(), hostfiles::printable(s.message())); }
+
 }  // namespace
 
 Result<Options> parse_options(int argc, const char* const* argv) {
@@ -445,9 +488,11 @@ Result<Options> parse_options(int argc, const char* const* argv) {
     po::store(po::command_line_parser(words).options(d).style(style).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
-    return translate(e, d);
+    return printable_status(translate(e, d));
   }
-  return convert(vm, std::move(command));
+  auto o = convert(vm, std::move(command));
+  if (!o) return printable_status(o.status());
+  return o;
 }
 
 std::string usage() {
@@ -483,8 +528,8 @@ Placement:
   --oversubscribe            allow more ranks than a host's slots
 
 This host (logical overrides, `ray start` style):
-  --num-gpus N               this host has N GPUs
-  --resources NAME=Q[,...]   this host has Q of each resource
+  --num-gpus N               this host has N GPUs (at most 4096)
+  --resources NAME=Q[,...]   this host has Q of each resource (at most 4096)
   --host-accelerator-type T  this host's accelerators are of type T
   --topology FILE.xml        read this host's topology from an hwloc XML file
 
@@ -497,13 +542,24 @@ Ranks' environment and I/O:
   --stdin none|all|RANK      who reads accrun's standard input (default 0)
 
 Failure:
-  --timeout S                stop the job after S seconds (exit status 124)
-  --kill-grace S             seconds between SIGTERM and SIGKILL (default 5)
+  --timeout S                stop the job after S seconds (exit status 124;
+                             at most 31536000, one year)
+  --kill-grace S             seconds between SIGTERM and SIGKILL (default 5;
+                             at most 86400, one day)
   --on-failure kill|continue what a rank's failure does to the others (default kill)
+
+Several hosts (accrun --daemon is started on each, as a tree):
+  --launch-agent CMD         how to reach a host: CMD HOST 'accrun --daemon'
+                             (default 'ssh -o BatchMode=yes'), or a template
+                             holding {host} and {cmd}
+  --fanout K                 each process starts at most K agents (default 32)
+  --daemon-path PATH         where accrun is on the other hosts (default: the
+                             same path as here)
 
 Modes:
   --dry-run                  print the placement plan; start nothing
-  --detect                   print what this host has
+  --detect                   print what this host has (with --hostfile or -H:
+                             every listed host, each detected on itself)
   --json                     JSON output for --dry-run and --detect
   --version                  the version and the optional parts built
   -h, --help                 this text

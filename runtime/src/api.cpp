@@ -7,10 +7,12 @@
 // accrun_init/accrun_finalize exclusive.  The data calls on a group take
 // only that group's call lock (see accrun_group_s): accrun_finalize destroys
 // every group, under each group's lock, before it deletes the runtime.
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -197,25 +199,97 @@ std::string private_dir_prefix(const std::string& tag) {
   return "accrun." + std::to_string(::getuid()) + "." + tag + ".";
 }
 
+// Empties the directory open at `dfd` and everything below it, every name
+// resolved relative to an open descriptor and no link followed, so nothing
+// outside the tree can be reached by swapping a name meanwhile.  Best effort.
+void remove_entries_at(int dfd, int depth) {
+  const int scan = ::dup(dfd);  // fdopendir takes the descriptor it is given
+  if (scan < 0) return;
+  DIR* d = ::fdopendir(scan);
+  if (d == nullptr) {
+    ::close(scan);
+    return;
+  }
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d))
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+  ::closedir(d);
+  for (const std::string& n : names) {
+    if (::unlinkat(dfd, n.c_str(), 0) == 0 || (errno != EISDIR && errno != EPERM) || depth >= 32) continue;
+    const int sub = ::openat(dfd, n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0) continue;
+    remove_entries_at(sub, depth + 1);
+    ::close(sub);
+    ::unlinkat(dfd, n.c_str(), AT_REMOVEDIR);
+  }
+}
+
+// Opens `name` under `base_fd` as a directory that is ours to remove: a real
+// directory (not a link), owned by this effective uid, writable by nobody
+// else (mkdtemp makes it 0700), so nothing in it can be another user's.  -1 when it is not, with the
+// reason in *why.  The checks are made on the opened directory itself, so a
+// name swapped after the check cannot redirect the removal.
+int open_own_private_dir(int base_fd, const char* name, const char** why) {
+  const int fd = ::openat(base_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    *why = errno == ELOOP || errno == ENOTDIR ? "not a directory" : "cannot be opened";
+    return -1;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    *why = "not a directory";
+  } else if (st.st_uid != ::geteuid()) {
+    *why = "owned by another user";
+  } else if ((st.st_mode & 022) != 0) {
+    *why = "writable by other users";
+  } else {
+    return fd;
+  }
+  ::close(fd);
+  return -1;
+}
+
 // Removes the directories of this tag whose process no longer exists.
+// Only directories that are this user's own (open_own_private_dir) and
+// whose owner lock is free are touched: a matching name proves nothing.
 void remove_dead_private_dirs(const std::string& base, const std::string& tag) {
   const std::string prefix = private_dir_prefix(tag);
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(base, ec)) {
-    std::string name = e.path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
+  const int base_fd = ::open(base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (base_fd < 0) return;
+  std::vector<std::string> candidates;
+  if (const int scan = ::dup(base_fd); scan >= 0) {
+    if (DIR* d = ::fdopendir(scan)) {
+      while (dirent* e = ::readdir(d))
+        if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) candidates.emplace_back(e->d_name);
+      ::closedir(d);
+    } else {
+      ::close(scan);
+    }
+  }
+  for (const std::string& name : candidates) {
     char* end = nullptr;
     long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
     if (pid <= 0 || end == nullptr || *end != '.') continue;
     if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    const int fd = ::open((e.path() / "owner").c_str(), O_RDONLY | O_CLOEXEC);
+    const char* why = nullptr;
+    const int dfd = open_own_private_dir(base_fd, name.c_str(), &why);
+    if (dfd < 0) {
+      accrun::log(accrun::LogLevel::kDebug, "left %s/%s alone: %s", base.c_str(), name.c_str(), why);
+      continue;
+    }
+    const int fd = ::openat(dfd, "owner", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     const bool held = fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0;
     if (fd >= 0) ::close(fd);
-    if (held) continue;  // its owner lives, in another pid namespace
-    std::error_code rm;
-    std::filesystem::remove_all(e.path(), rm);
-    if (!rm) accrun::log(accrun::LogLevel::kDebug, "removed %s, left by process %ld", e.path().c_str(), pid);
+    if (!held) {  // else its owner lives, in another pid namespace
+      remove_entries_at(dfd, 0);
+      // In a sticky /dev/shm only we can rename our own entry, so the name
+      // still denotes the directory just emptied.
+      if (::unlinkat(base_fd, name.c_str(), AT_REMOVEDIR) == 0)
+        accrun::log(accrun::LogLevel::kDebug, "removed %s/%s, left by process %ld", base.c_str(), name.c_str(), pid);
+    }
+    ::close(dfd);
   }
+  ::close(base_fd);
 }
 
 // Makes the directory and takes its owner lock; the lock's descriptor goes

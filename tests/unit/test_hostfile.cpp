@@ -1,6 +1,13 @@
 // Hostfiles, host lists and Slurm-style ranges (accrun-hostfile(5)).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
 #include "accrun/detect.hpp"
 #include "accrun/hostfile.hpp"
 
@@ -212,6 +219,203 @@ TEST(DeclaredInventory, TypeDecidesVendorAndDevicesAreNumbered) {
   EXPECT_EQ(t.accelerators[0].resource, "TPU");
   EXPECT_EQ(t.accelerators[0].vendor, detect::default_vendor("TPU"));
   EXPECT_TRUE(declared_inventory((*r)[3]).accelerators.empty());
+}
+
+// --- Limits (accrun-hostfile(5) LIMITS): tiny inputs must not exhaust memory.
+
+bool has(const std::string& message, const std::string& part) {
+  return message.find(part) != std::string::npos;
+}
+
+TEST(HostfileLimits, DeviceCountsAreCapped) {
+  // gpus=100000000 once built 10^8 logical devices and died of bad_alloc.
+  for (const char* text : {"node1 gpus=100000000\n", "node1 gpus=9999999\n", "node1 resources=TPU:99999999\n",
+                           "node1 resources=GPU:4,HPU:1000000\n", "node1 neuron_cores=4097\n"}) {
+    const std::string m = error_of(text);
+    EXPECT_TRUE(has(m, "hosts:1: ")) << m;
+    EXPECT_TRUE(has(m, "more than 4096 devices of one resource on a host (the limit)")) << m;
+  }
+  EXPECT_EQ(error_of("node1 gpus=100000000\n"),
+            "hosts:1: gpus: '100000000' is more than 4096 devices of one resource on a host (the limit)");
+  EXPECT_EQ(error_of("node1 resources=TPU:99999999\n"),
+            "hosts:1: resources: TPU=99999999: more than 4096 devices of one resource on a host (the limit)");
+  auto r = parse_hostfile("node1 gpus=4096 TPU=4096\n", "hosts");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(declared_inventory((*r)[0]).accelerators.size(), 8192u);
+}
+
+TEST(HostfileLimits, RangesAreSizedBeforeTheyAreExpanded) {
+  // node[0-999999] took 18.6 s and 696 MB before it was refused.
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string m = error_of("node[0-999999] slots=1\n");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_EQ(m, "hosts:1: malformed host range 'node[0-999999]': expands to more than 100000 hosts, the limit "
+               "of one job");
+  // Several brackets multiply; numbers too large for any count do not overflow.
+  EXPECT_TRUE(has(error_of("r[0-999]-n[0-999]\n"), "more than 100000 hosts"));
+  EXPECT_TRUE(has(error_of("n[0-9223372036854775807]\n"), "more than 100000 hosts"));
+  EXPECT_TRUE(has(error_of("n[0-99999999999999999999]\n"), "too large"));
+  // Over several lines, the job's total counts.
+  EXPECT_EQ(error_of("a[0-59999]\nb[0-59999]\n"),
+            "hosts:2: the hostfile declares more than 100000 hosts, the limit of one job");
+  // The limit is far above what the planner is asked to plan.
+  auto r = parse_hostfile("node[00001-10000] slots=8 gpus=8\nx[0-89999]\n", "hosts");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->size(), 100'000u);
+  EXPECT_EQ((*r)[9999].name, "node10000");
+}
+
+TEST(HostfileLimits, LongNamesAreRefusedBeforeExpanding) {
+  // A 4,000-character -H argument ending in [0-999998] once asked for 4 GB.
+  std::string list(4000 - 10, 'a');
+  list += "[0-999998]";
+  auto r = parse_host_list(list);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message().rfind("-H: ", 0), 0u);
+  EXPECT_TRUE(has(r.status().message(), "more than 100000 hosts")) << r.status().message();
+  std::string longer(300, 'a');
+  r = parse_host_list(longer + "[0-9]");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_TRUE(has(r.status().message(), "longer than 253 characters")) << r.status().message();
+  EXPECT_LT(r.status().message().size(), 200u) << "the name is cut in the message";
+  EXPECT_TRUE(has(error_of(std::string(64, 'a') + ".example.com\n"), "longer than 63 characters"));
+  // Exactly at the limits is fine.
+  const std::string label(63, 'a');
+  const std::string at_limit = label + "." + label + "." + label + "." + std::string(61, 'b');
+  ASSERT_EQ(at_limit.size(), 253u);
+  EXPECT_EQ(expand(at_limit.c_str()), std::vector<std::string>{at_limit});
+}
+
+TEST(HostfileLimits, HostListCountsTheWholeList) {
+  auto r = parse_host_list("a[0-59999],b[0-59999]");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(), "-H: more than 100000 hosts, the limit of one job");
+  r = parse_host_list("n[0-999999]:4");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_TRUE(has(r.status().message(), "more than 100000 hosts")) << r.status().message();
+}
+
+// A temporary file, removed at the end of the test.
+struct TempFile {
+  std::string path;
+  explicit TempFile(const std::string& text) {
+    char name[] = "/tmp/accrun-hostfile-XXXXXX";
+    int fd = ::mkstemp(name);
+    EXPECT_GE(fd, 0);
+    path = name;
+    if (fd >= 0) {
+      EXPECT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+      ::close(fd);
+    }
+  }
+  ~TempFile() { std::remove(path.c_str()); }
+};
+
+TEST(HostfileLimits, ReadsAreBounded) {
+  // /dev/zero never ends: once read until memory ran out.
+  auto r = read_hostfile("/dev/zero");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "hostfile '/dev/zero' is not a regular file and gave more than 16 MiB, the limit for a hostfile");
+  // A regular file over the limit is refused without being read.
+  TempFile big("");
+  ASSERT_EQ(::truncate(big.path.c_str(), (16 << 20) + 1), 0);
+  r = read_hostfile(big.path);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(), "hostfile '" + big.path + "' is larger than 16 MiB, the limit for a hostfile");
+  // A device that ends (and a FIFO or /dev/stdin would) is read as text.
+  r = read_hostfile("/dev/null");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_TRUE(r->empty());
+}
+
+// --- Inputs that were accepted, or reported badly.
+
+TEST(HostfileInput, DirectoryIsNamedAsSuch) {
+  auto r = read_hostfile(kDir);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "hostfile '" + kDir + "' is a directory (give the file that lists the hosts)");
+}
+
+TEST(HostfileInput, ControlBytesAreErrorsNamingTheLine) {
+  using namespace std::string_literals;
+  // A NUL once cut the message short: now it is an error of its own.
+  EXPECT_EQ(error_of("node1\nnode2\0 slots=2\n"s),
+            "hosts:2: a NUL byte in column 6 (a hostfile is text; remove it)");
+  EXPECT_EQ(error_of("node1 # ok\n\x1b[31mnode2\n"),
+            "hosts:2: the control byte \\x1b in column 1 (a hostfile is text; remove it)");
+  TempFile f("node1\nn\0de2\n"s);
+  auto r = read_hostfile(f.path);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(), f.path + ":2: a NUL byte in column 2 (a hostfile is text; remove it)");
+  // TAB and CRLF line ends are still blanks.
+  auto ok = parse_hostfile("node1\tslots=2\r\nnode2\r\n", "hosts");
+  ASSERT_TRUE(ok.is_ok()) << ok.status().message();
+  EXPECT_EQ(names(*ok), (std::vector<std::string>{"node1", "node2"}));
+}
+
+TEST(HostfileInput, InvalidHostNamesNameFileLineAndName) {
+  EXPECT_EQ(error_of("ok1\na:b slots=2\n"),
+            "hosts:2: invalid host name 'a:b': ':' is not allowed in a host name (letters, digits, '-', '_' "
+            "and '.' are)");
+  // Bytes that are not UTF-8, and UTF-8 that is not a host name.
+  EXPECT_EQ(error_of("n\xff\xfe\n"), "hosts:1: a byte that is not UTF-8 (\\xff) in column 2 (save the hostfile "
+                                     "as UTF-8 text)");
+  EXPECT_TRUE(has(error_of("caf\xc3\xa9\n"), "hosts:1: invalid host name 'caf\xc3\xa9': '\\xc3' is not allowed"));
+  EXPECT_TRUE(has(error_of("n/1\n"), "'/' is not allowed in a host name"));
+  EXPECT_TRUE(has(error_of("-node1\n"), "starts or ends with '-'"));
+  EXPECT_TRUE(has(error_of("node1.\n"), "an empty part"));
+  EXPECT_TRUE(has(error_of("a..b\n"), "an empty part"));
+  EXPECT_TRUE(has(error_of("n[1-2]-\n"), "invalid host name 'n1-'"));
+  // Valid names: dots, hyphens, underscores, IPv4 addresses, any case.
+  auto r = parse_hostfile("gpu_node-01.Cluster.example\n10.0.0.7\nrack[1-2]-gpu[01-02]\n", "hosts");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->size(), 6u);
+  // Non-UTF-8 bytes in a comment are harmless.
+  EXPECT_TRUE(parse_hostfile("node1 # caf\xe9\n", "hosts").is_ok());
+  // -H still reads host:slots, and a bad name names the host.
+  auto h = parse_host_list("a:2,b_c.d:3");
+  ASSERT_TRUE(h.is_ok()) << h.status().message();
+  EXPECT_EQ((*h)[1].name, "b_c.d");
+  EXPECT_EQ((*h)[1].slots, 3);
+  auto bad = parse_host_list("a;b:2");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().message(),
+            "-H: invalid host name 'a;b': ';' is not allowed in a host name (letters, digits, '-', '_' and '.' are)");
+  bad = parse_host_list("n\x01:2");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_TRUE(has(bad.status().message(), "invalid host name 'n\\x01': '\\x01'")) << bad.status().message();
+}
+
+TEST(HostfileInput, DuplicateWorkerInOnePodNamesBothLines) {
+  EXPECT_EQ(error_of("t0 pod=s worker=0\nt1 pod=s worker=1\nu0 pod=u worker=1\nt2 pod=s worker=1\n"),
+            "hosts:4: host 't2' is worker 1 of pod 's', and so is host 't1' at hosts:2 (give each host of a pod "
+            "its own worker id)");
+  // A range numbers its workers from N: a clash with any of them counts.
+  EXPECT_TRUE(has(error_of("t[0-3] pod=s worker=0\nx pod=s worker=3\n"), "and so is host 't3' at hosts:1"));
+  // Same worker id in different pods, or without a pod, is fine.
+  EXPECT_TRUE(parse_hostfile("a pod=p worker=0\nb pod=q worker=0\nc worker=0\nd worker=0\n", "hosts").is_ok());
+}
+
+TEST(HostfileInput, ByteOrderMarkIsSkipped) {
+  auto r = parse_hostfile("\xEF\xBB\xBFnode1 slots=2\nnode2\n", "hosts");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(names(*r), (std::vector<std::string>{"node1", "node2"}));
+  // Only at the start of the file.
+  EXPECT_TRUE(has(error_of("node1\n\xEF\xBB\xBFnode2\n"), "hosts:2: invalid host name"));
+}
+
+TEST(HostfileInput, MessagesNeverCarryRawControlBytes) {
+  EXPECT_EQ(printable("a\tb\x01\x7f\\"), "a\\x09b\\x01\\x7f\\\\");
+  EXPECT_EQ(printable("caf\xc3\xa9 \xff\xc3"), "caf\xc3\xa9 \\xff\\xc3");
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate is not UTF-8
+  using namespace std::string_literals;
+  auto r = parse_hostfile("node1 pod=\xff\n"s, "ho\x01sts");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message().rfind("ho\\x01sts:1: ", 0), 0u) << r.status().message();
+  for (char c : r.status().message()) EXPECT_GE(static_cast<unsigned char>(c), 0x20);
 }
 
 }  // namespace

@@ -166,5 +166,37 @@ TEST(Options, UsageMentionsEveryOption) {
   }
 }
 
+TEST(OptionsLimits, DeviceOverridesAreCapped) {
+  // --num-gpus 100000000 once built 10^8 logical GPUs and died of bad_alloc.
+  EXPECT_EQ(err({"--num-gpus", "100000000", "p"}),
+            "option '--num-gpus': '100000000' is more than 4096 devices of one resource on a host (the limit)");
+  EXPECT_EQ(err({"--resources", "TPU=9999999", "p"}),
+            "option '--resources': TPU=9999999: more than 4096 devices of one resource on a host (the limit)");
+  EXPECT_EQ(ok({"--num-gpus", "4096", "--resources", "TPU=4096", "p"}).num_gpus, 4096);
+}
+
+TEST(OptionsLimits, TimesAreFiniteAndBounded) {
+  // 1e10 s overflowed the deadline and killed at once; 1e300 meant no grace.
+  EXPECT_EQ(err({"--timeout", "1e10", "p"}),
+            "option '--timeout': '1e10' is more than 31536000 seconds (one year), the limit");
+  EXPECT_EQ(err({"--kill-grace", "1e300", "p"}),
+            "option '--kill-grace': '1e300' is more than 86400 seconds (one day), the limit");
+  EXPECT_NE(err({"--timeout", "1e400", "p"}).find("more than 31536000 seconds"), std::string::npos);
+  EXPECT_NE(err({"--timeout", "inf", "p"}).find("more than 31536000 seconds"), std::string::npos);
+  EXPECT_NE(err({"--kill-grace", "-inf", "p"}).find("negative"), std::string::npos);
+  for (const char* nan : {"nan", "NaN", "-nan"}) {
+    EXPECT_NE(err({"--timeout", nan, "p"}).find("is not a number of seconds"), std::string::npos) << nan;
+  }
+  EXPECT_NE(err({"--timeout", "-5", "p"}).find("negative"), std::string::npos);
+  EXPECT_DOUBLE_EQ(ok({"--timeout", "31536000", "--kill-grace", "86400", "p"}).timeout_s, 31536000);
+  EXPECT_DOUBLE_EQ(ok({"--kill-grace", "86400", "p"}).kill_grace_s, 86400);
+  EXPECT_DOUBLE_EQ(ok({"--timeout", "1e-3", "p"}).timeout_s, 0.001);
+}
+
+TEST(OptionsLimits, MessagesNeverCarryRawControlBytes) {
+  const std::string m = err({"--timeout", "1\x1b[2J", "p"});
+  EXPECT_EQ(m, "option '--timeout': '1\\x1b[2J' is not a number of seconds (e.g. 30 or 0.5)");
+}
+
 }  // namespace
 }  // namespace accrun::launcher

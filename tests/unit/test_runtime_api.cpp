@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -114,6 +115,40 @@ TEST(RuntimeApi, DirectoryOfADeadLoneProcessIsRemovedAtTheNextInit) {
   close(lock);
   std::filesystem::remove_all(alive);
   std::filesystem::remove_all(elsewhere);
+}
+
+// A dead pid's name is not enough: a directory of another user (or one
+// open to others, or a link) with a matching name is left alone, and so is
+// everything in it.
+TEST(RuntimeApi, MatchingDirectoriesThatAreNotOursAreLeftAlone) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a directory owned by another uid";
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  const std::filesystem::path shm = "/dev/shm";
+  const std::filesystem::path foreign = shm / (lone_prefix(child) + "Fo0rgn");
+  const std::filesystem::path open_dir = shm / (lone_prefix(child) + "Op3nDr");
+  const std::filesystem::path link = shm / (lone_prefix(child) + "L1nkDr");
+  const std::filesystem::path target = shm / ("accrun-test-target." + std::to_string(getpid()));
+  for (const auto& d : {foreign, open_dir, target}) {
+    ASSERT_TRUE(std::filesystem::create_directory(d)) << d;
+    std::FILE* f = std::fopen((d / "data").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fclose(f);
+    ASSERT_EQ(chmod(d.c_str(), 0777), 0);
+  }
+  ASSERT_EQ(chown(foreign.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(chown((foreign / "data").c_str(), 65534, 65534), 0);
+  std::filesystem::create_directory_symlink(target, link);
+  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS) << accrun_last_error();
+  EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
+  EXPECT_TRUE(std::filesystem::exists(foreign / "data"));
+  EXPECT_TRUE(std::filesystem::exists(open_dir / "data"));
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_TRUE(std::filesystem::exists(target / "data"));
+  for (const auto& d : {foreign, open_dir, link, target}) std::filesystem::remove_all(d);
 }
 
 TEST(RuntimeApi, GroupArgumentErrors) {

@@ -1,6 +1,7 @@
 // accrun/hostfile.hpp — hostfiles and host lists (accrun-hostfile(5)).
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -12,6 +13,16 @@
 #include "accrun/status.hpp"
 
 namespace accrun::hostfiles {
+
+// Limits on what a hostfile, -H or a logical override may declare
+// (accrun-hostfile(5) LIMITS, accrun(1) LIMITS).  They keep a typo such as
+// gpus=100000000 or node[0-99999999] from exhausting memory: past a limit
+// the input is refused with a message naming the limit, never truncated.
+inline constexpr int kMaxDevicesPerResource = 4096;        // devices of one resource on one host
+inline constexpr std::size_t kMaxHosts = 100'000;          // hosts in one job (one file or -H)
+inline constexpr std::size_t kMaxHostfileBytes = 16u << 20;  // bytes read from one hostfile
+inline constexpr std::size_t kMaxHostNameLength = 253;      // RFC 1123, dots included
+inline constexpr std::size_t kMaxHostLabelLength = 63;      // one dot-separated part
 
 // One host as a hostfile or -H declares it.
 struct HostEntry {
@@ -26,12 +37,33 @@ struct HostEntry {
 };
 
 // Parses hostfile text; `filename` is used in messages ("hosts:3: ...").
+// A UTF-8 byte-order mark at the start is skipped.  Invalid-argument errors
+// name FILE:LINE: control bytes (NUL included) or bytes that are not UTF-8
+// on a line, a host name that is not a valid host name, a range or a file
+// that declares more than kMaxHosts hosts, a resource count over
+// kMaxDevicesPerResource, a host or a worker id of one pod given twice (the
+// message names both lines).  Pure; thread-safe.
 Result<std::vector<HostEntry>> parse_hostfile(std::string_view text, const std::string& filename);
+// Reads and parses the hostfile at `path`.  Reads at most kMaxHostfileBytes
+// (so /dev/zero is refused, while a FIFO or /dev/stdin still work); blocks
+// until the writer of a FIFO closes it.  Errors: not-found when it cannot be
+// opened, invalid-argument for a directory, a file over the limit and
+// everything parse_hostfile refuses.  Thread-safe.
 Result<std::vector<HostEntry>> read_hostfile(const std::string& path);
-// Parses -H host[:slots][,host[:slots]...] (ranges allowed).
+// Parses -H host[:slots][,host[:slots]...] (ranges allowed); at most
+// kMaxHosts hosts.  Errors start "-H: ".  Pure; thread-safe.
 Result<std::vector<HostEntry>> parse_host_list(std::string_view list);
 // Expands a Slurm-style host expression ("node[01-04,07]", "rack[1-2]-gpu[1-3]").
+// The size is computed before anything is expanded: more than kMaxHosts
+// names, or a name longer than kMaxHostNameLength, is refused.  Every name
+// must be a host name: letters, digits, '-', '_' and '.', dot-separated parts
+// of 1 to kMaxHostLabelLength characters that neither start nor end with '-'.
+// Pure; thread-safe.
 Result<std::vector<std::string>> expand_hostnames(std::string_view expr);
+// `text` made safe to print inside a message: control bytes, DEL and bytes
+// that are not part of valid UTF-8 are written \xNN, a backslash \\.
+// Pure; thread-safe.
+std::string printable(std::string_view text);
 // The Inventory a declared host has before anyone has looked at it.
 detect::Inventory declared_inventory(const HostEntry& entry);
 

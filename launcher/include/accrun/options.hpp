@@ -60,6 +60,11 @@ struct Options {
   double kill_grace_s = 5;             // --kill-grace
   OnFailure on_failure = OnFailure::kKill;  // --on-failure
 
+  // Several hosts.
+  std::string launch_agent = "ssh -o BatchMode=yes";  // --launch-agent
+  int fanout = 32;                     // --fanout
+  std::optional<std::string> daemon_path;  // --daemon-path
+
   // The program and its arguments.
   std::vector<std::string> command;
 };

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -31,8 +32,10 @@ using Clock = std::chrono::steady_clock;
 class Proc {
  public:
   // env: NAME=value to add or override; "NAME" alone removes it.
+  // in_child: runs in the child just before exec (after fds 0-2 are set up),
+  // to close or redirect them.
   Proc(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
-       const std::string* input = nullptr) {
+       const std::string* input = nullptr, const std::function<void()>& in_child = nullptr) {
     int out[2], err[2], in[2];
     EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
     EXPECT_EQ(pipe2(err, O_CLOEXEC), 0);
@@ -61,6 +64,7 @@ class Proc {
       dup2(in[0], 0);
       dup2(out[1], 1);
       dup2(err[1], 2);
+      if (in_child) in_child();
       execve(ACCRUN_EXE, argv.data(), envp.data());
       _exit(99);
     }
@@ -90,6 +94,11 @@ class Proc {
   pid_t pid() const { return pid_; }
   const std::string& out() const { return out_; }
   const std::string& err() const { return err_; }
+  // Stops reading accrun's stdout, as `| head -1` does once it has its line.
+  void close_out() {
+    if (out_fd_ >= 0) close(out_fd_);
+    out_fd_ = -1;
+  }
 
   // Reads output until `done(out)` holds or the deadline passes.
   bool read_until(const std::function<bool(const std::string&)>& done, double seconds) {
@@ -201,6 +210,18 @@ void expect_no_job_dirs(const std::string& jobid) {
   std::string uid = std::to_string(getuid());
   EXPECT_FALSE(exists("/dev/shm/accrun." + uid + "." + jobid)) << jobid;
   EXPECT_FALSE(exists(tmpdir() + "/accrun." + uid + "." + jobid)) << jobid;
+}
+
+// Waits (bounded) until `path` holds a line; returns it ("" on timeout).
+std::string wait_for_line(const std::string& path, double seconds) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+  for (;;) {
+    std::ifstream f(path);
+    std::string line;
+    if (std::getline(f, line) && f.good()) return line;  // the newline is there: complete
+    if (Clock::now() >= deadline) return "";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 std::string first_match(const std::string& s, const std::string& re) {
@@ -346,6 +367,10 @@ TEST(Launcher, MpiAbortCodeIsTheExitStatus) {
   EXPECT_EQ(r.status, 7) << r.err;
   EXPECT_NE(r.err.find("rank 1 on host"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("called abort with status 7"), std::string::npos) << r.err;
+  // No libevent complaint ("[warn] Epoll MOD(1) on fd N failed") from
+  // accrun's PMIx server or the ranks while the job is torn down.
+  EXPECT_EQ(r.err.find("[warn]"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("[warn]"), std::string::npos) << r.out;
 }
 #endif
 
@@ -390,6 +415,50 @@ TEST(Launcher, ExitStatuses) {
   EXPECT_EQ(notexec.status, 126) << notexec.err;
 }
 
+TEST(Launcher, EmptyProgramNameIsBadInput) {
+  RunResult r = run({"-n", "2", ""});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("accrun: empty program name"), std::string::npos) << r.err;
+  EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
+}
+
+// As bash 5 does: 127 for a "#!" interpreter that does not exist, and the
+// message names the interpreter, not just the script.
+TEST(Launcher, MissingScriptInterpreterIsNamed) {
+  std::string script = tmpdir() + "/accrun-launcher-script-" + std::to_string(getpid());
+  {
+    std::ofstream f(script);
+    f << "#!/nonexistent/accrun-interp -x\necho hi\n";
+  }
+  chmod(script.c_str(), 0755);
+  RunResult r = run({"-n", "2", script});
+  unlink(script.c_str());
+  EXPECT_EQ(r.status, 127) << r.err;
+  EXPECT_NE(r.err.find("'" + script + "': bad interpreter '/nonexistent/accrun-interp': No such file or directory"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+// An --output-dir that cannot be used is bad input, found before anything
+// (the janitor, the PMIx server, a rank) starts.
+TEST(Launcher, UnusableOutputDirIsBadInput) {
+  std::string file = tmpdir() + "/accrun-launcher-file-" + std::to_string(getpid());
+  std::string marker = file + ".started";
+  { std::ofstream f(file); }
+  for (const std::string& dir : {file + "/out", file}) {
+    RunResult r = run({"-n", "2", "--output-dir", dir, "sh", "-c", "touch " + marker});
+    EXPECT_EQ(r.status, 2) << dir << ": " << r.err;
+    EXPECT_NE(r.err.find("--output-dir " + dir), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("Not a directory"), std::string::npos) << r.err;
+    EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
+    EXPECT_FALSE(exists(marker)) << "a rank was started";
+  }
+  unlink(file.c_str());
+  unlink(marker.c_str());
+}
+
 TEST(Launcher, TimeoutEndsTheJobAndNamesTheRanks) {
   auto t0 = Clock::now();
   RunResult r = run({"-n", "3", "--timeout", "1", "sh", "-c", "echo J=$ACCRUN_JOB_ID; [ $ACCRUN_RANK = 2 ] && exit 0; exec sleep 30"});
@@ -416,6 +485,55 @@ TEST(Launcher, SigintReachesEveryRank) {
   kill(p.pid(), SIGINT);
   EXPECT_EQ(p.wait(10), 130) << p.err();
   for (int r = 0; r < 3; ++r) EXPECT_NE(p.out().find("INT " + std::to_string(r)), std::string::npos) << p.out();
+}
+
+// Started with stdin closed, accrun's first descriptor (its signalfd) used
+// to become fd 0 and be read as input: the job hung and ignored signals.
+TEST(Launcher, ClosedStdinIsNotTakenForInput) {
+  auto close_stdin = [] { close(0); };
+  auto t0 = Clock::now();
+  Proc quick({"-n", "1", "/bin/true"}, {}, nullptr, close_stdin);
+  EXPECT_EQ(quick.wait(10), 0) << quick.err();
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+
+  Proc p({"-n", "2", "sh", "-c", "echo ready; exec sleep 30"}, {}, nullptr, close_stdin);
+  ASSERT_TRUE(p.read_until([](const std::string& o) { return lines_of(o).size() >= 2; }, 10)) << p.err();
+  kill(p.pid(), SIGTERM);
+  EXPECT_EQ(p.wait(10), 128 + SIGTERM) << p.err();
+}
+
+// With fds 0-2 all closed the janitor's pipe used to land on one of them and
+// be replaced by /dev/null: the janitor left at once and a SIGKILLed
+// accrun's directories stayed behind.
+TEST(Launcher, ClosedStandardFdsKeepTheJanitor) {
+  auto close_all = [] {
+    close(0);
+    close(1);
+    close(2);
+  };
+  std::string idfile = tmpdir() + "/accrun-launcher-jobid-" + std::to_string(getpid());
+  unlink(idfile.c_str());
+  Proc done({"-n", "2", "sh", "-c", "[ $ACCRUN_RANK = 0 ] && echo $ACCRUN_JOB_ID > " + idfile + "; exit 0"}, {},
+            nullptr, close_all);
+  EXPECT_EQ(done.wait(10), 0);
+  std::string jobid = wait_for_line(idfile, 1);
+  unlink(idfile.c_str());
+  expect_no_job_dirs(jobid);
+
+  Proc killed({"-n", "2", "sh", "-c", "[ $ACCRUN_RANK = 0 ] && echo $ACCRUN_JOB_ID > " + idfile + "; exec sleep 30"},
+              {}, nullptr, close_all);
+  jobid = wait_for_line(idfile, 10);
+  unlink(idfile.c_str());
+  ASSERT_FALSE(jobid.empty());
+  std::string shm = "/dev/shm/accrun." + std::to_string(getuid()) + "." + jobid;
+  std::string tmp = tmpdir() + "/accrun." + std::to_string(getuid()) + "." + jobid;
+  ASSERT_TRUE(exists(shm));
+  kill(killed.pid(), SIGKILL);
+  EXPECT_EQ(killed.wait(10), 128 + SIGKILL);
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while ((exists(shm) || exists(tmp)) && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  expect_no_job_dirs(jobid);
 }
 
 TEST(Launcher, KillNineOfAccrunLeavesNothingBehind) {
@@ -476,6 +594,40 @@ TEST(Launcher, TaggedLinesFromFourRanksStayWhole) {
     EXPECT_EQ(next[t], kLines) << "rank " << t;
     EXPECT_EQ(tails[t], 1) << "rank " << t << "'s last line without a newline";
   }
+}
+
+// Output that cannot be written ends the job as a shell pipeline would: the
+// ranks' pipes are closed, they die of SIGPIPE, accrun exits 141 and says so
+// once (accrun(1) OUTPUT, EXIT STATUS).
+TEST(Launcher, OutputToAFullDeviceEndsTheJob) {
+  auto to_full = [] {
+    int fd = open("/dev/full", O_WRONLY);
+    if (fd >= 0) dup2(fd, 1);
+  };
+  auto t0 = Clock::now();
+  Proc p({"-n", "2", "yes"}, {}, nullptr, to_full);
+  EXPECT_EQ(p.wait(20), 128 + SIGPIPE) << p.err();
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_NE(p.err().find("cannot write the ranks' standard output: No space left on device"), std::string::npos)
+      << p.err();
+  EXPECT_EQ(lines_of(p.err()).size(), 1u) << p.err();
+
+  // Ranks that wrote everything and exited 0: the output was still lost.
+  Proc echo({"-n", "1", "echo", "hi"}, {}, nullptr, to_full);
+  EXPECT_EQ(echo.wait(10), 1) << echo.err();
+  EXPECT_NE(echo.err().find("No space left on device"), std::string::npos) << echo.err();
+}
+
+TEST(Launcher, ReaderThatGoesAwayEndsTheJob) {
+  auto t0 = Clock::now();
+  Proc p({"-n", "2", "yes"});
+  ASSERT_TRUE(p.read_until([](const std::string& o) { return o.find('\n') != std::string::npos; }, 10)) << p.err();
+  p.close_out();  // `| head -1`
+  EXPECT_EQ(p.wait(20), 128 + SIGPIPE) << p.err();
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_NE(p.err().find("cannot write the ranks' standard output: Broken pipe"), std::string::npos) << p.err();
+  EXPECT_EQ(p.err().find("was killed"), std::string::npos) << p.err();
+  EXPECT_EQ(lines_of(p.err()).size(), 1u) << p.err();
 }
 
 TEST(Launcher, OutputDirAndStdin) {
