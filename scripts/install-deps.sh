@@ -12,6 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libfabric-dev
   libboost-program-options-dev
+  libsodium-dev
   libgtest-dev libgmock-dev googletest
   python3 python3-mpi4py
   iproute2 procps groff-base man-db

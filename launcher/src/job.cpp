@@ -9,9 +9,7 @@
 #include "accrun/hostfile.hpp"
 
 namespace accrun::launcher {
-namespace {
 
-// The names under which a hostfile may mean this host.
 bool names_this_host(const std::string& name, const std::string& self) {
   if (name == "localhost" || name == "127.0.0.1" || name == "::1") return true;
   if (name == self) return true;
@@ -26,6 +24,8 @@ std::string this_hostname(const detect::DetectConfig& config) {
   if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
   return buf;
 }
+
+namespace {
 
 // Slots of a host that does not state them: its processing units where
 // known, else its largest whole count of accelerators, at least 1.

@@ -60,10 +60,16 @@ int launch_main(const Options& options, char** envp) {
                ? 2
                : 1;
   }
-  if (plan->hosts.size() > 1) {
-    std::fputs("accrun: this plan places ranks on several hosts; launching on other hosts "
-               "(accrun --daemon) is not built yet (use --dry-run to see the plan)\n",
-               stderr);
+  // Ranks run only where accrun runs, until agents launch them elsewhere:
+  // a plan naming another host is refused, never run here in its name.
+  const std::string self = this_hostname(detect_config(options, envp));
+  for (const auto& h : plan->hosts) {
+    if (names_this_host(h.inventory.host, self)) continue;
+    std::fprintf(stderr,
+                 "accrun: %s: host '%s' is not this host (%s); starting ranks on other hosts is not built yet "
+                 "(accrun --detect with the same hostfile reaches them; --dry-run shows the plan); nothing was "
+                 "started\n",
+                 h.origin.c_str(), h.inventory.host.c_str(), self.c_str());
     return 2;
   }
 

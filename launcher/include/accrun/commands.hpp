@@ -15,6 +15,15 @@ int detect_main(const Options& options, char** envp);
 int dry_run_main(const Options& options, char** envp);
 // accrun -n N program ...: plan, spawn, wait        (launcher/src/launch.cpp)
 int launch_main(const Options& options, char** envp);
+// accrun --daemon: the node agent, started by accrun (launcher/src/agent/agent_main.cpp)
+int daemon_main(const Options& options, char** envp);
+
+// Whether a hostfile's `name` means the host called `self` (localhost, the
+// same name, or the same name without its domain).  Pure.
+bool names_this_host(const std::string& name, const std::string& self);
+// This host's name as detection reports it (DetectConfig::hostname, else
+// gethostname()).
+std::string this_hostname(const detect::DetectConfig& config);
 
 // The detection configuration for this host: ACCRUN_SYSFS_ROOT,
 // HWLOC_XMLFILE/--topology, --num-gpus, --resources, --host-accelerator-type.

@@ -1,0 +1,370 @@
+// agents.cpp — the controller's node agents (agents.hpp).
+#include "controller/agents.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "accrun/log.hpp"
+#include "controller/protocol.hpp"
+#include "peer_guard.hpp"
+#include "wire/auth.hpp"
+#include "wire/codec.hpp"
+#include "wire/connection.hpp"
+#include "wire/frame.hpp"
+
+namespace accrun::launcher {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
+
+std::string describe_status(int st) {
+  if (WIFEXITED(st)) return "exited with status " + std::to_string(WEXITSTATUS(st));
+  if (WIFSIGNALED(st)) return std::string("was killed by SIG") + (sigabbrev_np(WTERMSIG(st)) ? sigabbrev_np(WTERMSIG(st)) : "?");
+  return "ended";
+}
+
+bool write_all_fd(int fd, const std::string& data) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t w = send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      poll(&p, 1, 1000);
+      continue;
+    }
+    if (w <= 0) return false;
+    off += static_cast<size_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+// A connection that has not proved the secret yet.
+struct AgentSet::Pending {
+  int fd = -1;
+  std::string peer;
+  wire::Handshake handshake;
+  Clock::time_point deadline;
+  Pending(int f, std::string p, const wire::Secret& s)
+      : fd(f), peer(std::move(p)), handshake(wire::Role::kParent, s), deadline(Clock::now() + kHandshakeTimeout) {}
+};
+
+// An authenticated agent.
+struct AgentSet::Agent {
+  int fd = -1;
+  int index = -1;
+  wire::FrameDecoder decoder;
+};
+
+AgentSet::AgentSet(AgentsConfig config) : config_(std::move(config)) {}
+
+std::string self_executable() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "accrun";
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+void AgentSet::say(const std::string& line) const {
+  std::string s = "accrun: " + line + "\n";
+  [[maybe_unused]] ssize_t w = write(config_.err_fd, s.data(), s.size());
+}
+
+Result<std::unique_ptr<AgentSet>> AgentSet::start(const AgentsConfig& config) {
+  std::unique_ptr<AgentSet> set(new AgentSet(config));
+  if (set->config_.daemon_path.empty()) set->config_.daemon_path = self_executable();
+  if (set->config_.fanout < 1) set->config_.fanout = 1;
+  set->agents_.resize(config.hosts.size());
+  set->hellos_.resize(config.hosts.size());
+  auto secret = wire::Secret::generate();
+  if (!secret) return secret.status();
+  set->secret_ = std::make_unique<wire::Secret>(*secret);
+  set->secret_hex_ = secret->to_hex();
+  if (Status s = set->listen_all(); !s) return s;
+  if (Status s = set->launch_children(); !s) return s;
+  return set;
+}
+
+Status AgentSet::listen_all() {
+  // The agents are told every address of ours, reachable ones first; each
+  // listener binds its own address, never the wildcard.
+  for (const std::string& addr : wire::local_addresses()) {
+    auto fd = wire::listen_tcp(addr, 0);
+    if (!fd) continue;
+    auto port = wire::local_port(*fd);
+    if (!port) {
+      close(*fd);
+      continue;
+    }
+    listeners_.push_back(*fd);
+    addresses_.push_back((addr.find(':') != std::string::npos ? "[" + addr + "]" : addr) + ":" +
+                         std::to_string(*port));
+  }
+  if (listeners_.empty()) return system_error("cannot listen on any local address for the agents' connections");
+  return Status();
+}
+
+Status AgentSet::launch_children() {
+  int n = static_cast<int>(config_.hosts.size());
+  log(LogLevel::kDebug, "launch tree: %d agents, fanout %d, depth %d; %zu started here", n, config_.fanout,
+      tree_depth(n, config_.fanout), tree_children(0, n, config_.fanout).size());
+  AgentLaunch base;
+  base.secret_hex = secret_hex_;
+  base.controller = addresses_;
+  base.launch_agent = config_.launch_agent;
+  base.daemon_path = config_.daemon_path;
+  base.fanout = config_.fanout;
+  base.hosts = config_.hosts;
+  base.options = config_.options;
+  for (int child : tree_children(0, n, config_.fanout)) {
+    AgentLaunch a = base;
+    a.index = child;
+    std::string cmd = launch_command(config_.launch_agent, config_.hosts[child],
+                                     shell_quote(config_.daemon_path) + " --daemon");
+    auto p = start_launch_agent(cmd, a.encode());
+    if (!p) return p.status().with_context("host " + config_.hosts[child]);
+    p->index = child;
+    p->host = config_.hosts[child];
+    launches_.push_back(std::move(*p));
+  }
+  return Status();
+}
+
+void AgentSet::accept_from(int listener) {
+  for (;;) {
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    int fd = accept_unguarded(listener, reinterpret_cast<sockaddr*>(&a), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;
+    auto p = std::make_unique<Pending>(fd, peer_owner(fd).peer, *secret_);
+    std::string hello = p->handshake.start();
+    if (!write_all_fd(fd, hello)) {
+      close(fd);
+      continue;
+    }
+    pending_.push_back(std::move(p));
+  }
+}
+
+Status AgentSet::on_readable_pending(Pending& p) {
+  char buf[4096];
+  ssize_t n = recv(p.fd, buf, sizeof buf, 0);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return Status();
+  if (n <= 0) return remote_error("closed during the handshake");
+  auto step = p.handshake.feed(buf, static_cast<size_t>(n));
+  if (!step) return step.status();
+  if (!step->send.empty() && !write_all_fd(p.fd, step->send)) return remote_error("closed during the handshake");
+  if (!step->done) return Status();
+  auto agent = std::make_unique<Agent>();
+  agent->fd = p.fd;
+  p.fd = -1;
+  std::vector<wire::Frame> frames;
+  if (Status s = agent->decoder.feed(step->leftover.data(), step->leftover.size(), frames); !s) {
+    close(agent->fd);
+    return s;
+  }
+  Agent& ref = *agent;
+  // Until its hello names its index, the agent waits among the unnamed.
+  unnamed_.push_back(std::move(agent));
+  for (auto& f : frames)
+    if (Status s = on_frame(ref, f.type, f.payload); !s) return s;
+  return Status();
+}
+
+Status AgentSet::on_frame(Agent& a, uint16_t type, const std::string& payload) {
+  wire::Reader r(payload);
+  if (type == msg::kHello) {
+    auto index = r.u32("hello: index");
+    auto host = r.str("hello: host");
+    auto detected = r.boolean("hello: detected");
+    auto inv = r.str("hello: inventory");
+    if (!index || !host || !detected || !inv) return invalid_argument("malformed hello");
+    if (*index >= config_.hosts.size()) return invalid_argument("hello from an unknown agent index");
+    if (agents_[*index]) return invalid_argument("a second hello for agent " + std::to_string(*index));
+    a.index = static_cast<int>(*index);
+    AgentHello& h = hellos_[*index];
+    h.index = a.index;
+    h.host = config_.hosts[*index];
+    h.reported_host = *host;
+    h.detected = *detected;
+    h.inventory_json = *inv;
+    ++said_hello_;
+    for (auto it = unnamed_.begin(); it != unnamed_.end(); ++it) {
+      if (it->get() == &a) {
+        agents_[*index] = std::move(*it);
+        unnamed_.erase(it);
+        break;
+      }
+    }
+    return Status();
+  }
+  if (type == msg::kLaunchExited) {
+    auto index = r.u32("launch-exited: index");
+    auto st = r.i32("launch-exited: status");
+    if (!index || !st || *index >= config_.hosts.size()) return invalid_argument("malformed launch-exited");
+    if (!agents_[*index] && !failed_.count(static_cast<int>(*index)))
+      failed_[static_cast<int>(*index)] = "its launch agent " + describe_status(*st) + " before accrun --daemon connected";
+    return Status();
+  }
+  return invalid_argument("unexpected message type " + std::to_string(type));
+}
+
+void AgentSet::reap() {
+  for (auto& l : launches_) {
+    if (l.exited) continue;
+    int st = 0;
+    if (waitpid(l.pid, &st, WNOHANG) == l.pid) {
+      l.exited = true;
+      l.status = st;
+      if (!agents_[l.index] && !failed_.count(l.index))
+        failed_[l.index] = "its launch agent (" + l.command + ") " + describe_status(st) +
+                           " before accrun --daemon connected";
+    }
+  }
+}
+
+Status AgentSet::wait_for_hellos() {
+  auto deadline = Clock::now() + config_.timeout;
+  int n = static_cast<int>(config_.hosts.size());
+  while (said_hello_ < n) {
+    reap();
+    if (!failed_.empty()) break;
+    auto now = Clock::now();
+    if (now >= deadline) break;
+    std::vector<pollfd> fds;
+    for (int l : listeners_) fds.push_back({l, POLLIN, 0});
+    for (auto& p : pending_) fds.push_back({p->fd, POLLIN, 0});
+    for (auto& a : unnamed_) fds.push_back({a->fd, POLLIN, 0});
+    for (auto& a : agents_)
+      if (a) fds.push_back({a->fd, POLLIN, 0});
+    int wait_ms = static_cast<int>(std::min<int64_t>(
+        100, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1));
+    int rc = poll(fds.data(), fds.size(), wait_ms);
+    if (rc < 0 && errno != EINTR) return system_error("poll");
+    size_t k = 0;
+    for (int l : listeners_)
+      if (fds[k++].revents) accept_from(l);
+    for (auto& p : pending_) {
+      pollfd& f = fds[k++];
+      if (p->fd < 0) continue;
+      Status s;
+      if (f.revents) s = on_readable_pending(*p);
+      if (s && p->fd >= 0 && Clock::now() > p->deadline) s = timeout_error("did not finish the handshake in time");
+      if (!s) {
+        say("refused a connection from " + p->peer + ": " + s.message() + "; the job goes on");
+        close(p->fd);
+        p->fd = -1;
+      }
+    }
+    // Frames from agents (only hello is expected while they come up).
+    auto serve = [&](Agent& a, short revents) -> bool {
+      if (!revents) return true;
+      char buf[65536];
+      ssize_t got = recv(a.fd, buf, sizeof buf, 0);
+      if (got < 0 && (errno == EAGAIN || errno == EINTR)) return true;
+      if (got <= 0) {
+        if (a.index >= 0 && !failed_.count(a.index))
+          failed_[a.index] = "its agent closed the connection";
+        return false;
+      }
+      std::vector<wire::Frame> frames;
+      Status s = a.decoder.feed(buf, static_cast<size_t>(got), frames);
+      for (size_t i = 0; s && i < frames.size(); ++i) s = on_frame(a, frames[i].type, frames[i].payload);
+      if (!s) {
+        say("dropped an agent connection: " + s.message());
+        if (a.index >= 0) failed_[a.index] = "its agent broke the protocol: " + s.message();
+        return false;
+      }
+      return true;
+    };
+    std::vector<Agent*> order;
+    for (auto& a : unnamed_) order.push_back(a.get());
+    for (auto& a : agents_)
+      if (a) order.push_back(a.get());
+    for (Agent* a : order) {
+      pollfd& f = fds[k++];
+      if (!serve(*a, f.revents)) {
+        close(a->fd);
+        a->fd = -1;
+      }
+    }
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [](auto& p) { return p->fd < 0; }), pending_.end());
+    unnamed_.erase(std::remove_if(unnamed_.begin(), unnamed_.end(), [](auto& a) { return a->fd < 0; }), unnamed_.end());
+  }
+  if (said_hello_ == n) return Status();
+  std::string why;
+  int shown = 0;
+  for (const auto& [index, reason] : failed_) {
+    if (shown++ == 4) break;
+    why += (why.empty() ? "" : "; ") + std::string("host ") + config_.hosts[index] + ": " + reason;
+  }
+  if (why.empty()) {
+    std::vector<std::string> silent;
+    for (int i = 0; i < n; ++i)
+      if (!agents_[i]) silent.push_back(config_.hosts[i]);
+    why = std::to_string(silent.size()) + " agent(s) did not connect within " +
+          std::to_string(config_.timeout.count() / 1000) + " s: " + silent.front() +
+          (silent.size() > 1 ? " and " + std::to_string(silent.size() - 1) + " more" : std::string()) +
+          " (is accrun at " + config_.daemon_path + " there, or give --daemon-path; can the hosts reach " +
+          addresses_.front() + "?)";
+  }
+  return remote_error("cannot start the agents: " + why);
+}
+
+void AgentSet::shutdown() {
+  std::string bye = wire::encode_frame(msg::kShutdown, "");
+  for (auto& a : agents_)
+    if (a && a->fd >= 0) write_all_fd(a->fd, bye);
+  for (auto& a : agents_)
+    if (a && a->fd >= 0) {
+      close(a->fd);
+      a->fd = -1;
+    }
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  for (auto& l : launches_) {
+    while (!l.exited && Clock::now() < deadline) {
+      int st = 0;
+      if (waitpid(l.pid, &st, WNOHANG) == l.pid) {
+        l.exited = true;
+      } else {
+        usleep(5000);
+      }
+    }
+    if (!l.exited) {
+      kill(-l.pid, SIGKILL);
+      waitpid(l.pid, nullptr, 0);
+      l.exited = true;
+    }
+  }
+}
+
+AgentSet::~AgentSet() {
+  for (auto& p : pending_)
+    if (p->fd >= 0) close(p->fd);
+  for (auto& a : unnamed_)
+    if (a->fd >= 0) close(a->fd);
+  for (auto& a : agents_)
+    if (a && a->fd >= 0) close(a->fd);
+  for (int l : listeners_) close(l);
+  for (auto& l : launches_) {
+    if (l.exited) continue;
+    kill(-l.pid, SIGKILL);
+    waitpid(l.pid, nullptr, 0);
+  }
+}
+
+}  // namespace accrun::launcher

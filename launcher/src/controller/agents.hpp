@@ -1,0 +1,93 @@
+// agents.hpp — the job controller's side of its node agents: it listens on
+// addresses of its own, starts `accrun --daemon` on every host through the
+// launch agent (as a tree, launch_agent.hpp), proves each connection with
+// the job's secret, and collects each agent's hello: its host and what it
+// detected there (DESIGN.md §4).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "accrun/status.hpp"
+#include "controller/launch_agent.hpp"
+
+namespace accrun::wire {
+struct Secret;
+}
+
+namespace accrun::launcher {
+
+struct AgentsConfig {
+  std::vector<std::string> hosts;         // agent i runs on hosts[i]
+  std::string launch_agent = kDefaultLaunchAgent;  // --launch-agent
+  std::string daemon_path;                // --daemon-path (default: this accrun)
+  int fanout = kDefaultFanout;            // --fanout
+  std::map<std::string, std::string> options;  // detection overrides for the agents
+  std::chrono::milliseconds timeout{60000};     // every agent has said hello by then
+  int err_fd = 2;                         // where messages go
+};
+
+// What an agent said when it connected.
+struct AgentHello {
+  int index = -1;
+  std::string host;            // the name the hostfile gave it
+  std::string reported_host;   // its own host name
+  bool detected = false;
+  std::string inventory_json;  // one host, accrun --detect --json; or the error
+};
+
+// The agents of one job.  Not thread-safe; one per controller.
+class AgentSet {
+ public:
+  // Generates the job's secret, listens and starts the first round of agents.
+  static Result<std::unique_ptr<AgentSet>> start(const AgentsConfig& config);
+  ~AgentSet();
+  AgentSet(const AgentSet&) = delete;
+  AgentSet& operator=(const AgentSet&) = delete;
+
+  // Blocks until every agent has said hello; an agent that cannot be
+  // started, fails the handshake repeatedly, or is silent past the timeout
+  // is an error naming its host.  Connections that fail the secret are
+  // closed and reported; they do not fail the job.
+  Status wait_for_hellos();
+  const std::vector<AgentHello>& hellos() const { return hellos_; }
+  // The controller's launch connections open now (at most `fanout`).
+  int launch_processes_started() const { return static_cast<int>(launches_.size()); }
+  // Tells every agent to end and waits (bounded) for the launch agents.
+  void shutdown();
+
+ private:
+  struct Pending;
+  struct Agent;
+  explicit AgentSet(AgentsConfig config);
+  Status listen_all();
+  Status launch_children();
+  void accept_from(int listener);
+  Status on_readable_pending(Pending& p);
+  Status on_frame(Agent& a, uint16_t type, const std::string& payload);
+  void reap();
+  void say(const std::string& line) const;
+
+  AgentsConfig config_;
+  std::string secret_hex_;
+  std::unique_ptr<wire::Secret> secret_;
+  std::vector<int> listeners_;
+  std::vector<std::string> addresses_;  // "addr:port" the agents try
+  std::vector<LaunchProcess> launches_;
+  std::vector<std::unique_ptr<Pending>> pending_;
+  std::vector<std::unique_ptr<Agent>> unnamed_;  // proved the secret, no hello yet
+  std::vector<std::unique_ptr<Agent>> agents_;  // by index, null until hello
+  std::vector<AgentHello> hellos_;
+  std::map<int, std::string> failed_;           // index → why
+  int said_hello_ = 0;
+};
+
+// The path of this accrun executable (for the default --daemon-path).
+std::string self_executable();
+
+}  // namespace accrun::launcher
