@@ -39,7 +39,8 @@ int default_slots(const detect::Inventory& inv) {
 
 }  // namespace
 
-Result<Plan> build_plan(const Options& options, char** envp, int master_port) {
+Result<Plan> build_plan(const Options& options, char** envp, int master_port,
+                        const std::map<std::string, detect::Inventory>* detected) {
   const detect::DetectConfig config = detect_config(options, envp);
 
   std::vector<HostSlots> hosts;
@@ -78,6 +79,23 @@ Result<Plan> build_plan(const Options& options, char** envp, int master_port) {
         h.inventory = *local;
         h.inventory.host = e.name;
         // Labels written in the hostfile win over detected ones.
+        if (e.labels.pod) h.inventory.labels.pod = e.labels.pod;
+        if (e.labels.zone) h.inventory.labels.zone = e.labels.zone;
+        if (e.labels.region) h.inventory.labels.region = e.labels.region;
+        if (e.pod_order) h.inventory.pod_order = e.pod_order;
+      } else if (detected != nullptr && detected->count(e.name) != 0) {
+        // What the host's own agent found; the hostfile still gives slots
+        // and labels, and may not claim devices the host lacks.
+        h.inventory = detected->at(e.name);
+        h.inventory.host = e.name;
+        if (e.gpus) {
+          int have = 0;
+          for (const auto& a : h.inventory.accelerators) have += a.resource == "GPU" ? 1 : 0;
+          if (*e.gpus > have && !options.num_gpus)
+            return invalid_argument(e.origin + ": '" + e.name + "' declares gpus=" + std::to_string(*e.gpus) +
+                                    " but its agent detected " + std::to_string(have) +
+                                    " (remove gpus=, or give --num-gpus for logical GPUs)");
+        }
         if (e.labels.pod) h.inventory.labels.pod = e.labels.pod;
         if (e.labels.zone) h.inventory.labels.zone = e.labels.zone;
         if (e.labels.region) h.inventory.labels.region = e.labels.region;

@@ -11,6 +11,7 @@
 #include "accrun/commands.hpp"
 #include "accrun/detect.hpp"
 #include "accrun/node_daemon.hpp"
+#include "controller/job_controller.hpp"
 
 namespace accrun::launcher {
 
@@ -49,6 +50,14 @@ int launch_main(const Options& options, char** envp) {
   if (options.command.empty()) {
     std::fputs("accrun: no program given (usage: accrun -n N program [args...]; see accrun --help)\n", stderr);
     return 2;
+  }
+  // Hosts other than this one: a job controller and an agent per host.
+  if ((options.hostfile || options.host_list) && names_other_hosts(options, envp)) {
+    if (options.np && *options.np < 1) {
+      std::fputs("accrun: -n must be at least 1\n", stderr);
+      return 2;
+    }
+    return run_cluster_job(options, envp);
   }
   const detect::HwlocPluginHold hwloc_plugins;  // detection and the PMIx server share one load
   auto plan = build_plan(options, envp, free_port());

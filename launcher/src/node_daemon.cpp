@@ -290,7 +290,7 @@ __attribute__((noinline)) pid_t spawn_child(const char* path, char* const* argv,
   _exit(127);
 }
 
-class Daemon final : public ClientEvents {
+class Daemon final : public ClientEvents, public DaemonControl {
  public:
   Daemon(const Plan& plan, const RunConfig& config) : plan_(plan), cfg_(config) {}
   ~Daemon() override;
@@ -299,8 +299,10 @@ class Daemon final : public ClientEvents {
   void on_connected(int rank) override;
   void on_finalized(int rank) override;
   void on_abort(int rank, int status, const std::string& message) override;
+  void terminate(int sig) override;
 
  private:
+  void upstream_lost();
   int setup_and_spawn();
   int loop();
   void finish();
@@ -361,10 +363,11 @@ class Daemon final : public ClientEvents {
   std::optional<Clock::time_point> kill_deadline_;
   std::optional<Clock::time_point> policy_deadline_;  // waiting for a failure event to go out
   bool policy_pending_ = false;
+  bool upstream_gone_ = false;
 };
 
 // Tags in epoll's data: what became ready.
-constexpr uint64_t kTagSignal = 1, kTagQueue = 2, kTagStdin = 3, kTagStream = 1ULL << 32, kTagTarget = 1ULL << 33;
+constexpr uint64_t kTagSignal = 1, kTagQueue = 2, kTagStdin = 3, kTagUpstream = 4, kTagStream = 1ULL << 32, kTagTarget = 1ULL << 33;
 
 Daemon::~Daemon() {
   for (auto& s : streams_)
@@ -430,6 +433,8 @@ void Daemon::record_failure(RankState& r, int status, const std::string& kind, c
   std::string text = "rank " + std::to_string(r.rank) + " on host " + host_of(r.rank) + " " + how;
   if (!quiet) say(cfg_.err_fd, text);
   if (first) exit_code_ = status;
+  // Across hosts the controller decides for the whole job.
+  if (first && cfg_.upstream) cfg_.upstream->rank_failed(r.rank, status, text);
   bool kill = cfg_.on_failure == OnFailure::kKill;
   if (kill) {
     policy_pending_ = true;
@@ -444,6 +449,21 @@ void Daemon::record_failure(RankState& r, int status, const std::string& kind, c
   } else if (kill) {
     apply_policy();
   }
+}
+
+void Daemon::upstream_lost() {
+  upstream_gone_ = true;
+  epoll_ctl(epfd_, EPOLL_CTL_DEL, cfg_.upstream->fd(), nullptr);
+  if (running_count() > 0) say(cfg_.err_fd, "lost the job controller; killing this host's ranks");
+  if (!exit_code_) exit_code_ = 1;
+  terminating_ = true;
+  policy_pending_ = false;
+  terminate_all(SIGKILL);
+}
+
+void Daemon::terminate(int sig) {
+  if (sig != SIGUSR1 && sig != SIGUSR2) policy_pending_ = false;
+  terminate_all(sig);
 }
 
 void Daemon::apply_policy() {
@@ -776,7 +796,7 @@ int Daemon::setup_and_spawn() {
   }
 
   // The janitor first, then the directories it knows about.
-  jobid_ = random_id();
+  jobid_ = cfg_.jobid.empty() ? random_id() : cfg_.jobid;
   std::string uid = std::to_string(getuid());
   rendezvous_ = cfg_.tmpdir + "/accrun." + uid + "." + jobid_;
   shm_dir_ = cfg_.shm_root + "/accrun." + uid + "." + jobid_;
@@ -824,6 +844,12 @@ int Daemon::setup_and_spawn() {
     return 1;
   }
   pmix_ = std::move(*server);
+  if (cfg_.upstream) {
+    Upstream* up = cfg_.upstream;
+    pmix_->set_fence_router([up](const std::string& signature, std::string blob, PmixServer::FenceDone done) {
+      up->fence(signature, std::move(blob), std::move(done));
+    });
+  }
   trace(t0_, "PMIx server initialised");
   PmixJob job;
   job.nspace = "accrun." + jobid_;
@@ -925,7 +951,16 @@ int Daemon::setup_and_spawn() {
         s->fd = p[0];
         s->rank = r;
         s->kind = which == 0 ? OutKind::kStdout : OutKind::kStderr;
-        s->lines = std::make_unique<LineAssembler>(prefix, which == 0 ? cfg_.out_fd : cfg_.err_fd);
+        if (cfg_.upstream) {
+          Upstream* up = cfg_.upstream;
+          int stream = which + 1;
+          s->lines = std::make_unique<LineAssembler>(prefix, [up, stream](const char* d, size_t n) {
+            up->output(stream, d, n);
+            return true;
+          });
+        } else {
+          s->lines = std::make_unique<LineAssembler>(prefix, which == 0 ? cfg_.out_fd : cfg_.err_fd);
+        }
         (which == 0 ? c.out_fd : c.err_fd) = p[1];
         close_after_fork.push_back(p[1]);
         streams_.push_back(std::move(s));
@@ -1027,6 +1062,7 @@ int Daemon::setup_and_spawn() {
   };
   add(sigfd_, EPOLLIN, kTagSignal);
   add(queue_->fd(), EPOLLIN, kTagQueue);
+  if (cfg_.upstream) add(cfg_.upstream->fd(), EPOLLIN, kTagUpstream);
   for (size_t i = 0; i < streams_.size(); ++i) add(streams_[i]->fd, EPOLLIN, kTagStream | i);
   for (size_t i = 0; i < stdin_targets_.size(); ++i) add(stdin_targets_[i]->fd, 0, kTagTarget | i);
   update_stdin_interest();
@@ -1076,6 +1112,7 @@ int Daemon::loop() {
       timeout_ms = ms < 0 ? 0 : static_cast<int>(std::min<int64_t>(ms + 1, 1 << 30));
     }
     epoll_event events[64];
+    if (cfg_.upstream && !upstream_gone_ && (timeout_ms < 0 || timeout_ms > 500)) timeout_ms = 500;
     int n = epoll_wait(epfd_, events, 64, timeout_ms);
     if (n < 0 && errno != EINTR) break;
     for (int i = 0; i < n; ++i) {
@@ -1085,6 +1122,8 @@ int Daemon::loop() {
         while (read(sigfd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) handle_signal(si);
       } else if (tag == kTagQueue) {
         queue_->drain();
+      } else if (tag == kTagUpstream) {
+        if (!upstream_gone_ && !cfg_.upstream->on_readable(*this)) upstream_lost();
       } else if (tag == kTagStdin) {
         stdin_readable();
       } else if (tag & kTagTarget) {
@@ -1095,6 +1134,7 @@ int Daemon::loop() {
         if (s.fd >= 0) read_output(s);
       }
     }
+    if (cfg_.upstream && !upstream_gone_ && !cfg_.upstream->tick()) upstream_lost();
     now = Clock::now();
     if (job_deadline_ && now >= *job_deadline_) {
       job_deadline_.reset();

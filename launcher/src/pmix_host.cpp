@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -216,19 +217,40 @@ pmix_status_t up_abort(const pmix_proc_t* proc, void*, int status, const char ms
 
 void release_blob(void* cbdata) { delete static_cast<std::string*>(cbdata); }
 
-pmix_status_t up_fence(const pmix_proc_t[], size_t, const pmix_info_t[], size_t, char* data,
+// "*" when the fence spans the whole namespace, else its ranks, sorted.
+std::string fence_signature(const pmix_proc_t procs[], size_t nprocs) {
+  std::vector<uint32_t> ranks;
+  for (size_t i = 0; i < nprocs; ++i) {
+    if (procs[i].rank == PMIX_RANK_WILDCARD) return "*";
+    ranks.push_back(procs[i].rank);
+  }
+  if (ranks.empty()) return "*";
+  std::sort(ranks.begin(), ranks.end());
+  std::string out;
+  for (uint32_t r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
+  return out;
+}
+
+pmix_status_t up_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t[], size_t, char* data,
                        size_t ndata, pmix_modex_cbfunc_t cbfunc, void* cbdata) {
   PmixServer* s = g_active.load();
   if (s == nullptr) return PMIX_ERR_NOT_SUPPORTED;
   // The library owns `data` only until we return: copy it.
   auto blob = std::make_shared<std::string>(data ? std::string(data, ndata) : std::string());
-  s->queue()->push([blob, cbfunc, cbdata] {
-    // One host: every participant is local, so the collected blob is this
-    // host's contribution.  Several hosts add the allgather between daemons
-    // here before completing.
-    log(LogLevel::kDebug, "fence: completing with %zu bytes", blob->size());
-    auto* owned = new std::string(*blob);
-    cbfunc(PMIX_SUCCESS, owned->data(), owned->size(), cbdata, release_blob, owned);
+  std::string signature = fence_signature(procs, nprocs);
+  s->queue()->push([s, blob, signature, cbfunc, cbdata] {
+    auto complete = [cbfunc, cbdata](bool ok, std::string all) {
+      log(LogLevel::kDebug, "fence: completing with %zu bytes", all.size());
+      auto* owned = new std::string(std::move(all));
+      cbfunc(ok ? PMIX_SUCCESS : PMIX_ERROR, owned->data(), owned->size(), cbdata, release_blob, owned);
+    };
+    if (s->fence_router()) {
+      // Several hosts: the controller gathers every host's part.
+      s->fence_router()(signature, std::move(*blob), complete);
+    } else {
+      // One host: every participant is local.
+      complete(true, std::move(*blob));
+    }
   });
   return PMIX_SUCCESS;
 }

@@ -98,6 +98,15 @@ class PmixServer {
                       const std::string& host, const std::string& text,
                       std::function<void()> done);
 
+  // Across hosts: fences go to `router` with their signature ("*" for the
+  // whole job, else the ranks, ascending and comma-separated) and this
+  // host's contribution; the router calls back with every host's.  Without
+  // one, a fence completes with this host's data alone (one host).
+  using FenceDone = std::function<void(bool ok, std::string all)>;
+  using FenceRouter = std::function<void(const std::string& signature, std::string blob, FenceDone done)>;
+  void set_fence_router(FenceRouter router) { fence_router_ = std::move(router); }
+  const FenceRouter& fence_router() const { return fence_router_; }
+
   // Lookups waiting with PMIX_TIMEOUT: the earliest deadline, if any, and
   // expiring those that are due.
   std::optional<std::chrono::steady_clock::time_point> next_deadline() const;
@@ -125,6 +134,7 @@ class PmixServer {
   // The job's name directory: key -> (publisher rank, value).
   std::map<std::string, std::pair<int, std::shared_ptr<pmix_value_t>>> directory_;
   std::vector<std::shared_ptr<PendingLookup>> waiting_;
+  FenceRouter fence_router_;
 };
 
 }  // namespace accrun::launcher

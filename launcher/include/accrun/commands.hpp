@@ -3,6 +3,9 @@
 // process exit status (DESIGN.md §9: 0, 2 for bad input, ...).
 #pragma once
 
+#include <map>
+#include <string>
+
 #include "accrun/detect.hpp"
 #include "accrun/options.hpp"
 #include "accrun/plan.hpp"
@@ -33,6 +36,9 @@ detect::DetectConfig detect_config(const Options& options, char** envp);
 // the hostfile or -H list, the JobSpec, and plan().  `master_port` is the
 // port the launcher chose for MASTER_PORT.  Errors are bad input (exit 2)
 // unless their code says otherwise.                  (launcher/src/job.cpp)
-Result<Plan> build_plan(const Options& options, char** envp, int master_port);
+// `detected`, when given, holds what the agents of other hosts detected,
+// by the name the hostfile gives them; those hosts are planned from it.
+Result<Plan> build_plan(const Options& options, char** envp, int master_port,
+                        const std::map<std::string, detect::Inventory>* detected = nullptr);
 
 }  // namespace accrun::launcher

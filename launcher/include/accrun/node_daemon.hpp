@@ -4,6 +4,7 @@
 // every exit path (a janitor process covers accrun's own death).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +14,41 @@
 #include "accrun/status.hpp"
 
 namespace accrun::launcher {
+
+// The node agent's side of a job that spans hosts: what the daemon's event
+// loop tells the job controller, and how the controller reaches back
+// (launcher/src/agent/).  Every call comes from the daemon's event loop
+// thread; implementations never block it for long.
+class DaemonControl {
+ public:
+  virtual ~DaemonControl() = default;
+  // Signals every local rank's process group, as accrun does on Ctrl-C
+  // (SIGTERM/SIGINT/SIGHUP start --kill-grace; SIGKILL at once; SIGUSR1/2
+  // are passed on).  Deaths that follow are not failures of their own.
+  virtual void terminate(int sig) = 0;
+};
+
+class Upstream {
+ public:
+  virtual ~Upstream() = default;
+  // Readable when the controller sent something.
+  virtual int fd() const = 0;
+  // Reads and handles what arrived; false once the controller is gone (the
+  // daemon then kills its ranks).
+  virtual bool on_readable(DaemonControl& daemon) = 0;
+  // Whole lines of the ranks' stdout (stream 1) or stderr (stream 2).
+  virtual void output(int stream, const char* data, size_t n) = 0;
+  // The first failure of a local rank (status as accrun would exit with).
+  virtual void rank_failed(int rank, int status, const std::string& text) = 0;
+  // A PMIx fence over `signature` ("*" or a rank list): `blob` is this
+  // host's contribution; `done` gets every host's, concatenated.
+  virtual void fence(const std::string& signature, std::string blob,
+                     std::function<void(bool ok, std::string all)> done) = 0;
+  // Called from the loop at least twice a second (heartbeats); false once
+  // the controller has been silent too long (its host or the network went
+  // away), which the daemon treats as the controller being gone.
+  virtual bool tick() { return true; }
+};
 
 // How to run a job, besides the Plan.  Built once from the options and the
 // environment accrun started with; nothing below reads getenv().
@@ -36,6 +72,8 @@ struct RunConfig {
   int out_fd = 1;                       // where ranks' stdout is forwarded
   int err_fd = 2;                       // where ranks' stderr and accrun's messages go
   int in_fd = 0;                        // what is forwarded to ranks' stdin
+  Upstream* upstream = nullptr;         // set in a node agent: output, failures and fences go there
+  std::string jobid;                    // the job's id (every host's agent uses the controller's); "" = a new one
 };
 
 // The environment a rank inherits from accrun: `inherited` without the

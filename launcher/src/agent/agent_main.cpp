@@ -11,7 +11,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <chrono>
+#include <deque>
+#include <optional>
+#include <map>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -20,6 +26,7 @@
 #include "accrun/commands.hpp"
 #include "accrun/detect.hpp"
 #include "accrun/hostfile.hpp"
+#include "accrun/node_daemon.hpp"
 #include "controller/launch_agent.hpp"
 #include "controller/protocol.hpp"
 #include "wire/auth.hpp"
@@ -34,6 +41,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxDescription = 64 << 20;  // 100,000 hosts' names fit
 constexpr auto kReadTimeout = std::chrono::seconds(30);
+constexpr auto kControllerSilence = std::chrono::seconds(4);
 
 void say(const std::string& host, const std::string& line) {
   std::string s = "accrun: agent on " + host + ": " + line + "\n";
@@ -86,17 +94,126 @@ Result<int> connect_controller(const AgentLaunch& launch, const wire::Secret& se
   return remote_error("cannot reach the controller: " + errors);
 }
 
-bool send_frame(int fd, uint16_t type, const std::string& payload) {
+// Sends one frame whole; waits while the socket is full (backpressure from
+// the controller reaches the ranks through their output pipes).
+bool send_frame(int fd, uint16_t type, std::string_view payload) {
   std::string f = wire::encode_frame(type, payload);
   size_t off = 0;
   while (off < f.size()) {
     ssize_t w = send(fd, f.data() + off, f.size() - off, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      poll(&p, 1, 1000);
+      continue;
+    }
     if (w <= 0) return false;
     off += static_cast<size_t>(w);
   }
   return true;
 }
+
+// A TCP port free on this host now, for MASTER_PORT (rank 0's agent
+// chooses it on rank 0's host); 0 if none.
+uint16_t free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  socklen_t len = sizeof a;
+  uint16_t port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+Env environment_of(char** envp) {
+  Env env;
+  for (char** e = envp; e != nullptr && *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq != nullptr) env.emplace(std::string(*e, static_cast<size_t>(eq - *e)), eq + 1);
+  }
+  return env;
+}
+
+// The daemon's link to the controller while this host's ranks run.
+class AgentUpstream final : public Upstream {
+ public:
+  explicit AgentUpstream(int fd) : fd_(fd) {}
+  int fd() const override { return fd_; }
+  bool on_readable(DaemonControl& daemon) override {
+    char buf[65536];
+    ssize_t got = recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+    if (got <= 0) return false;
+    std::vector<wire::Frame> frames;
+    if (Status s = decoder_.feed(buf, static_cast<size_t>(got), frames); !s) return false;
+    heard();
+    for (auto& f : frames) {
+      wire::Reader r(f.payload);
+      if (f.type == msg::kSignal) {
+        auto sig = r.i32("signal");
+        if (sig) daemon.terminate(*sig);
+      } else if (f.type == msg::kFenceDone) {
+        auto sig = r.str("fence: signature");
+        auto ok = r.boolean("fence: ok");
+        auto all = r.bytes("fence: data");
+        if (!sig || !ok || !all) return false;
+        auto& q = fences_[*sig];
+        if (q.empty()) return false;
+        auto done = std::move(q.front());
+        q.pop_front();
+        done(*ok, std::move(*all));
+      } else if (f.type == msg::kShutdown) {
+        return false;
+      }
+    }
+    return true;
+  }
+  void output(int stream, const char* data, size_t n) override {
+    wire::Writer w;
+    w.u8(static_cast<uint8_t>(stream));
+    w.bytes(data, n);
+    send_frame(fd_, msg::kOutput, w.data());
+  }
+  void rank_failed(int rank, int status, const std::string& text) override {
+    wire::Writer w;
+    w.u32(static_cast<uint32_t>(rank));
+    w.i32(status);
+    w.str(text);
+    send_frame(fd_, msg::kRankFailed, w.data());
+  }
+  void fence(const std::string& signature, std::string blob,
+             std::function<void(bool, std::string)> done) override {
+    fences_[signature].push_back(std::move(done));
+    wire::Writer w;
+    w.str(signature);
+    w.bytes(blob.data(), blob.size());
+    send_frame(fd_, msg::kFence, w.data());
+  }
+  bool tick() override {
+    auto now = Clock::now();
+    if (now - last_beat_ >= std::chrono::seconds(1)) {
+      last_beat_ = now;
+      send_frame(fd_, msg::kHeartbeat, "");
+    }
+    // The controller beats every second too: silence means its host or
+    // the network between us is gone.
+    return now - last_heard_ < kControllerSilence;
+  }
+  void heard() { last_heard_ = Clock::now(); }
+  wire::FrameDecoder& decoder() { return decoder_; }
+
+ private:
+  int fd_;
+  wire::FrameDecoder decoder_;
+  std::map<std::string, std::deque<std::function<void(bool, std::string)>>> fences_;
+  Clock::time_point last_beat_{};
+  Clock::time_point last_heard_ = Clock::now();
+};
+
 
 // This host's inventory under the job's overrides, as one-host JSON; or the
 // detection error.
@@ -150,13 +267,13 @@ int daemon_main(const Options&, char** envp) {
     if (!p) {
       say(me, p.status().message());
       LaunchProcess failed;
-      failed.index = child;
+      failed.index = launch->ids[child];
       failed.exited = true;
       failed.status = 127 << 8;
       children.push_back(failed);
       continue;
     }
-    p->index = child;
+    p->index = launch->ids[child];
     p->host = launch->hosts[child];
     children.push_back(std::move(*p));
   }
@@ -168,10 +285,11 @@ int daemon_main(const Options&, char** envp) {
   }
   auto [detected, inventory] = detect_here(*launch, envp);
   wire::Writer hello;
-  hello.u32(static_cast<uint32_t>(launch->index));
+  hello.u32(static_cast<uint32_t>(launch->ids[launch->index]));
   hello.str(self);
   hello.boolean(detected);
   hello.str(inventory);
+  hello.u16(free_port());
   if (!send_frame(*fd, msg::kHello, hello.data())) {
     say(me, "lost the controller's connection");
     return 1;
@@ -184,10 +302,13 @@ int daemon_main(const Options&, char** envp) {
     send_frame(*fd, msg::kLaunchExited, w.data());
   }
 
-  // Serve the controller until it says to end or goes away.
-  wire::FrameDecoder decoder;
+  // Serve the controller until it says to end or goes away; it may first
+  // hand us this host's part of a job.
+  AgentUpstream upstream(*fd);
   int status = 0;
+  std::optional<Clock::time_point> leave_by;  // after our ranks ended: the shutdown is due
   for (bool running = true; running;) {
+    if (leave_by && Clock::now() > *leave_by) break;
     for (auto& c : children) {
       int st = 0;
       if (c.exited || waitpid(c.pid, &st, WNOHANG) != c.pid) continue;
@@ -198,21 +319,48 @@ int daemon_main(const Options&, char** envp) {
       w.i32(st);
       send_frame(*fd, msg::kLaunchExited, w.data());
     }
+    // Before its launch the controller may still be waiting for other
+    // hosts' agents: beat, but do not judge its silence yet.
+    upstream.tick();
     pollfd p{*fd, POLLIN, 0};
     int rc = poll(&p, 1, 100);
     if (rc <= 0) continue;
     char buf[65536];
-    ssize_t got = recv(*fd, buf, sizeof buf, 0);
-    if (got < 0 && errno == EINTR) continue;
+    ssize_t got = recv(*fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (got <= 0) break;  // the controller is gone: nothing of ours may outlive it
     std::vector<wire::Frame> frames;
-    if (Status s = decoder.feed(buf, static_cast<size_t>(got), frames); !s) {
+    upstream.heard();
+    if (Status s = upstream.decoder().feed(buf, static_cast<size_t>(got), frames); !s) {
       say(me, "the controller's connection broke the protocol: " + s.message());
       status = 1;
       break;
     }
-    for (auto& f : frames)
-      if (f.type == msg::kShutdown) running = false;
+    for (auto& f : frames) {
+      if (f.type == msg::kShutdown) {
+        running = false;
+      } else if (f.type == msg::kLaunch && running) {
+        auto job = msg::decode_launch(f.payload);
+        if (!job) {
+          say(me, "a launch the agent cannot read: " + job.status().message());
+          status = 2;
+          running = false;
+          break;
+        }
+        RunConfig& cfg = job->config;
+        cfg.inherited = environment_of(envp);
+        if (auto it = cfg.inherited.find("TMPDIR"); it != cfg.inherited.end() && !it->second.empty())
+          cfg.tmpdir = it->second;
+        // Standard input stays with accrun on the launching host.
+        cfg.stdin_mode = StdinMode::kNone;
+        cfg.upstream = &upstream;
+        int job_status = run_job(job->plan, cfg);
+        wire::Writer w;
+        w.i32(job_status);
+        send_frame(*fd, msg::kDone, w.data());
+        leave_by = Clock::now() + std::chrono::seconds(5);
+      }
+    }
   }
   close(*fd);
   // The children's agents hear the controller themselves; give their launch

@@ -120,28 +120,87 @@ Status AgentSet::listen_all() {
 
 Status AgentSet::launch_children() {
   int n = static_cast<int>(config_.hosts.size());
-  log(LogLevel::kDebug, "launch tree: %d agents, fanout %d, depth %d; %zu started here", n, config_.fanout,
-      tree_depth(n, config_.fanout), tree_children(0, n, config_.fanout).size());
+  // Hosts that name this one get their agent from us directly; the others
+  // form the launch tree.
   AgentLaunch base;
   base.secret_hex = secret_hex_;
   base.controller = addresses_;
   base.launch_agent = config_.launch_agent;
   base.daemon_path = config_.daemon_path;
   base.fanout = config_.fanout;
-  base.hosts = config_.hosts;
   base.options = config_.options;
-  for (int child : tree_children(0, n, config_.fanout)) {
+  for (int i = 0; i < n; ++i) {
+    if (is_local(i)) continue;
+    base.hosts.push_back(config_.hosts[i]);
+    base.ids.push_back(i);
+  }
+  int tree = static_cast<int>(base.hosts.size());
+  log(LogLevel::kDebug, "launch tree: %d agents, fanout %d, depth %d; %zu started here", tree, config_.fanout,
+      tree_depth(tree, config_.fanout), tree_children(0, tree, config_.fanout).size());
+  for (int child : tree_children(0, tree, config_.fanout)) {
     AgentLaunch a = base;
     a.index = child;
-    std::string cmd = launch_command(config_.launch_agent, config_.hosts[child],
+    std::string cmd = launch_command(config_.launch_agent, base.hosts[child],
                                      shell_quote(config_.daemon_path) + " --daemon");
     auto p = start_launch_agent(cmd, a.encode());
-    if (!p) return p.status().with_context("host " + config_.hosts[child]);
-    p->index = child;
-    p->host = config_.hosts[child];
+    if (!p) return p.status().with_context("host " + base.hosts[child]);
+    p->index = base.ids[child];
+    p->host = base.hosts[child];
+    launches_.push_back(std::move(*p));
+  }
+  for (int i = 0; i < n; ++i) {
+    if (!is_local(i)) continue;
+    AgentLaunch a = base;
+    a.hosts = {config_.hosts[i]};
+    a.ids = {i};
+    a.index = 0;
+    auto p = start_launch_agent(shell_quote(self_executable()) + " --daemon", a.encode());
+    if (!p) return p.status().with_context("this host's agent");
+    p->index = i;
+    p->host = config_.hosts[i];
     launches_.push_back(std::move(*p));
   }
   return Status();
+}
+
+bool AgentSet::is_local(int index) const {
+  return static_cast<size_t>(index) < config_.local.size() && config_.local[static_cast<size_t>(index)];
+}
+
+int AgentSet::agent_fd(int index) const {
+  const auto& a = agents_[static_cast<size_t>(index)];
+  return a ? a->fd : -1;
+}
+
+bool AgentSet::send(int index, uint16_t type, const std::string& payload) {
+  int fd = agent_fd(index);
+  return fd >= 0 && write_all_fd(fd, wire::encode_frame(type, payload));
+}
+
+Result<std::vector<wire::Frame>> AgentSet::receive(int index) {
+  Agent& a = *agents_[static_cast<size_t>(index)];
+  std::vector<wire::Frame> frames;
+  char buf[65536];
+  for (int reads = 0; reads < 16; ++reads) {
+    ssize_t got = recv(a.fd, buf, sizeof buf, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && errno == EAGAIN) break;
+    if (got <= 0) {
+      if (!frames.empty()) return frames;  // the end comes with the next call
+      return remote_error(got == 0 ? "its agent closed the connection" : std::string("its connection failed: ") + std::strerror(errno));
+    }
+    if (Status s = a.decoder.feed(buf, static_cast<size_t>(got), frames); !s) return s;
+    if (static_cast<size_t>(got) < sizeof buf) break;
+  }
+  return frames;
+}
+
+void AgentSet::close_agent(int index) {
+  auto& a = agents_[static_cast<size_t>(index)];
+  if (a && a->fd >= 0) {
+    close(a->fd);
+    a->fd = -1;
+  }
 }
 
 void AgentSet::accept_from(int listener) {
@@ -192,7 +251,8 @@ Status AgentSet::on_frame(Agent& a, uint16_t type, const std::string& payload) {
     auto host = r.str("hello: host");
     auto detected = r.boolean("hello: detected");
     auto inv = r.str("hello: inventory");
-    if (!index || !host || !detected || !inv) return invalid_argument("malformed hello");
+    auto port = r.u16("hello: free port");
+    if (!index || !host || !detected || !inv || !port) return invalid_argument("malformed hello");
     if (*index >= config_.hosts.size()) return invalid_argument("hello from an unknown agent index");
     if (agents_[*index]) return invalid_argument("a second hello for agent " + std::to_string(*index));
     a.index = static_cast<int>(*index);
@@ -202,6 +262,7 @@ Status AgentSet::on_frame(Agent& a, uint16_t type, const std::string& payload) {
     h.reported_host = *host;
     h.detected = *detected;
     h.inventory_json = *inv;
+    h.free_port = *port;
     ++said_hello_;
     for (auto it = unnamed_.begin(); it != unnamed_.end(); ++it) {
       if (it->get() == &a) {
@@ -220,6 +281,7 @@ Status AgentSet::on_frame(Agent& a, uint16_t type, const std::string& payload) {
       failed_[static_cast<int>(*index)] = "its launch agent " + describe_status(*st) + " before accrun --daemon connected";
     return Status();
   }
+  if (type == msg::kHeartbeat) return Status();
   return invalid_argument("unexpected message type " + std::to_string(type));
 }
 
@@ -334,7 +396,9 @@ void AgentSet::shutdown() {
       close(a->fd);
       a->fd = -1;
     }
-  auto deadline = Clock::now() + std::chrono::seconds(5);
+  // A launch agent ends with its agent; one whose host went away (ssh
+  // waiting on a dead link) is killed after a moment.
+  auto deadline = Clock::now() + std::chrono::seconds(1);
   for (auto& l : launches_) {
     while (!l.exited && Clock::now() < deadline) {
       int st = 0;

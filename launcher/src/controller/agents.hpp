@@ -16,6 +16,8 @@
 #include "accrun/status.hpp"
 #include "controller/launch_agent.hpp"
 
+#include "wire/frame.hpp"
+
 namespace accrun::wire {
 struct Secret;
 }
@@ -24,6 +26,7 @@ namespace accrun::launcher {
 
 struct AgentsConfig {
   std::vector<std::string> hosts;         // agent i runs on hosts[i]
+  std::vector<bool> local;                // hosts[i] is this host: its agent starts here, without the launch agent
   std::string launch_agent = kDefaultLaunchAgent;  // --launch-agent
   std::string daemon_path;                // --daemon-path (default: this accrun)
   int fanout = kDefaultFanout;            // --fanout
@@ -39,6 +42,7 @@ struct AgentHello {
   std::string reported_host;   // its own host name
   bool detected = false;
   std::string inventory_json;  // one host, accrun --detect --json; or the error
+  int free_port = 0;           // a TCP port that was free on its host
 };
 
 // The agents of one job.  Not thread-safe; one per controller.
@@ -61,6 +65,15 @@ class AgentSet {
   // Tells every agent to end and waits (bounded) for the launch agents.
   void shutdown();
 
+  // After wait_for_hellos, for the controller's own event loop: agent
+  // `index`'s connection (-1 once closed), a frame to it (false when the
+  // connection is gone), and what it sent: complete frames, or an error
+  // (kRemote) once it closed or broke the protocol.
+  int agent_fd(int index) const;
+  bool send(int index, uint16_t type, const std::string& payload);
+  Result<std::vector<wire::Frame>> receive(int index);
+  void close_agent(int index);
+
  private:
   struct Pending;
   struct Agent;
@@ -71,6 +84,7 @@ class AgentSet {
   Status on_readable_pending(Pending& p);
   Status on_frame(Agent& a, uint16_t type, const std::string& payload);
   void reap();
+  bool is_local(int index) const;
   void say(const std::string& line) const;
 
   AgentsConfig config_;

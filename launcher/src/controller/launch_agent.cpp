@@ -82,7 +82,7 @@ std::string AgentLaunch::encode() const {
   out << "launch-agent " << launch_agent << "\n";
   out << "daemon-path " << daemon_path << "\n";
   out << "fanout " << fanout << "\n";
-  for (const auto& h : hosts) out << "host " << h << "\n";
+  for (size_t i = 0; i < hosts.size(); ++i) out << "host " << hosts[i] << " " << (i < ids.size() ? ids[i] : static_cast<int>(i)) << "\n";
   for (const auto& [k, v] : options) out << "option " << k << "=" << v << "\n";
   out << "end\n";
   return out.str();
@@ -129,7 +129,11 @@ Result<AgentLaunch> AgentLaunch::decode(std::string_view text) {
     } else if (key == "fanout") {
       if (!whole(value, &a.fanout) || a.fanout < 1) return bad("bad fanout '" + value + "'");
     } else if (key == "host") {
-      a.hosts.push_back(value);
+      size_t sp2 = value.find(' ');
+      int id = static_cast<int>(a.hosts.size());
+      if (sp2 != std::string::npos && !whole(value.substr(sp2 + 1), &id)) return bad("bad agent id in '" + value + "'");
+      a.hosts.push_back(value.substr(0, sp2));
+      a.ids.push_back(id);
     } else if (key == "option") {
       size_t eq = value.find('=');
       if (eq == std::string::npos) return bad("option without '='");

@@ -48,12 +48,13 @@ int tree_depth(int n_agents, int fanout);
 // stands in the launch.  Text, one "key value" per line, ending "end".
 struct AgentLaunch {
   std::string secret_hex;                    // 64 hex digits
-  int index = 0;                             // this agent: hosts[index]
+  int index = 0;                             // this agent: hosts[index] of the tree
   std::vector<std::string> controller;       // "addr:port" to try, in order
   std::string launch_agent = kDefaultLaunchAgent;  // to start its children
   std::string daemon_path;                   // accrun on the other hosts
   int fanout = kDefaultFanout;
-  std::vector<std::string> hosts;            // every agent's host, by index
+  std::vector<std::string> hosts;            // the launch tree's hosts, by tree index
+  std::vector<int> ids;                      // each tree host's agent id (what it says in hello)
   std::map<std::string, std::string> options;  // detection overrides: num-gpus, resources, ...
 
   std::string encode() const;

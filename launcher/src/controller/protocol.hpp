@@ -6,13 +6,19 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+
+#include "accrun/node_daemon.hpp"
+#include "accrun/plan.hpp"
+#include "accrun/status.hpp"
 
 namespace accrun::launcher::msg {
 
 enum Type : uint16_t {
   // agent → controller: u32 index, str host name (as the agent sees it),
   // bool detected, str inventory JSON (accrun --detect --json, one host) or
-  // the detection error.
+  // the detection error, u16 a TCP port free on its host now (MASTER_PORT
+  // when rank 0 lands there; 0 if none).
   kHello = 1,
   // agent → controller: u32 index of a child agent whose launch agent
   // exited, i32 waitpid status.  The controller fails the job if that
@@ -21,6 +27,39 @@ enum Type : uint16_t {
   // controller → agent: nothing; the agent ends (its ranks, if any, are
   // killed) and exits 0.
   kShutdown = 3,
+  // controller → agent: this host's part of the job (encode_launch below).
+  kLaunch = 4,
+  // agent → controller: u8 stream (1 stdout, 2 stderr), bytes: whole lines
+  // of the ranks' output, tagged already where --tag-output asks.
+  kOutput = 5,
+  // agent → controller: u32 rank, i32 status, str text: a local rank's
+  // first failure ("rank 3 on host h2 exited with status 3").
+  kRankFailed = 6,
+  // agent → controller: str signature ("*" or ranks), bytes this host's
+  // contribution to a PMIx fence.
+  kFence = 7,
+  // controller → agent: str signature, bool ok, bytes every host's
+  // contributions, concatenated in host order.
+  kFenceDone = 8,
+  // controller → agent: i32 signal for every local rank's process group.
+  kSignal = 9,
+  // agent → controller: i32 the host's exit status (its ranks all ended).
+  kDone = 10,
+  // agent → controller: nothing; sent every second so that a host that
+  // drops off the network is noticed.
+  kHeartbeat = 11,
 };
+
+// kLaunch: the host this agent runs (an index into plan.hosts), the plan
+// as the daemon needs it (host names; each rank's host, CPUs and
+// environment), and how to run the ranks.  The agent's own environment is
+// what its ranks inherit; `inherited` is not carried.
+std::string encode_launch(int host, const Plan& plan, const RunConfig& config);
+struct Launch {
+  int host = 0;
+  Plan plan;
+  RunConfig config;
+};
+Result<Launch> decode_launch(std::string_view payload);
 
 }  // namespace accrun::launcher::msg

@@ -1,0 +1,425 @@
+// job_controller.cpp — a job across hosts (job_controller.hpp).
+#include "controller/job_controller.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "accrun/commands.hpp"
+#include "accrun/hostfile.hpp"
+#include "accrun/log.hpp"
+#include "accrun/node_daemon.hpp"
+#include "controller/agents.hpp"
+#include "controller/protocol.hpp"
+#include "wire/codec.hpp"
+
+namespace accrun::launcher {
+
+AgentsConfig agents_config(const Options& options, char** envp);  // detect_command.cpp
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kHeartbeatLimit = std::chrono::seconds(3);
+
+void say(const std::string& line) {
+  std::string s = "accrun: " + line + "\n";
+  [[maybe_unused]] ssize_t w = write(2, s.data(), s.size());
+}
+
+std::string job_id() {
+  unsigned char b[6] = {};
+  if (getrandom(b, sizeof b, 0) != static_cast<ssize_t>(sizeof b)) {
+    auto t = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^ static_cast<uint64_t>(getpid());
+    std::memcpy(b, &t, sizeof b);
+  }
+  char out[13];
+  for (int i = 0; i < 6; ++i) std::snprintf(out + 2 * i, 3, "%02x", b[i]);
+  return out;
+}
+
+bool write_all(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      poll(&p, 1, 1000);
+      continue;
+    }
+    if (w <= 0) return false;
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+Result<std::vector<hostfiles::HostEntry>> entries_of(const Options& options) {
+  if (options.hostfile) return hostfiles::read_hostfile(*options.hostfile);
+  if (options.host_list) return hostfiles::parse_host_list(*options.host_list);
+  return std::vector<hostfiles::HostEntry>{};
+}
+
+class Controller {
+ public:
+  Controller(const Options& options, char** envp) : options_(options), envp_(envp) {}
+  int run();
+
+ private:
+  int start_agents();
+  int plan_and_launch();
+  int loop();
+  void on_frame(int agent, const wire::Frame& f);
+  void on_lost(int agent, const std::string& why);
+  void signal_all(int sig, int except = -1);
+  void fail(int status);
+
+  const Options& options_;
+  char** envp_;
+  std::vector<hostfiles::HostEntry> entries_;
+  std::unique_ptr<AgentSet> agents_;
+  Plan plan_;
+  std::vector<int> agent_of_host_;           // plan host -> agent index
+  std::vector<int> host_of_agent_;           // agent index -> plan host (-1: no ranks)
+  std::vector<bool> done_;                   // agent reported kDone or was lost
+  std::vector<Clock::time_point> last_seen_;
+  std::optional<int> exit_code_;
+  bool terminating_ = false;
+  int interrupts_ = 0;
+  std::optional<Clock::time_point> deadline_;
+  // Fences: per signature, rounds in order; each agent's k-th contribution
+  // with a signature belongs to round k.
+  struct Round {
+    std::map<int, std::string> parts;  // agent -> blob
+  };
+  std::map<std::string, std::deque<Round>> rounds_;
+  std::map<std::pair<int, std::string>, size_t> contributed_;  // (agent, signature) -> count
+  std::map<std::string, size_t> completed_;                    // signature -> rounds done
+  std::set<int> participants(const std::string& signature) const;
+};
+
+int Controller::run() {
+  auto entries = entries_of(options_);
+  if (!entries) {
+    say(entries.status().message());
+    return 2;
+  }
+  entries_ = std::move(*entries);
+  if (int rc = start_agents(); rc != 0) return rc;
+  int rc = plan_and_launch();
+  if (rc < 0) rc = loop();
+  agents_->shutdown();
+  return rc;
+}
+
+int Controller::start_agents() {
+  AgentsConfig config = agents_config(options_, envp_);
+  const std::string self = this_hostname(detect_config(options_, envp_));
+  for (const auto& e : entries_) {
+    config.hosts.push_back(e.name);
+    config.local.push_back(names_this_host(e.name, self));
+  }
+  auto started = AgentSet::start(config);
+  if (!started) {
+    say(started.status().message());
+    return 1;
+  }
+  agents_ = std::move(*started);
+  if (Status s = agents_->wait_for_hellos(); !s) {
+    say(s.message());
+    agents_->shutdown();
+    return 1;
+  }
+  return 0;
+}
+
+int Controller::plan_and_launch() {
+  std::map<std::string, detect::Inventory> detected;
+  for (const auto& h : agents_->hellos()) {
+    if (!h.detected) {
+      say("host " + h.host + ": detection failed: " + h.inventory_json);
+      return 2;
+    }
+    auto inv = detect::from_json(h.inventory_json);
+    if (!inv || inv->size() != 1) {
+      say("host " + h.host + ": the agent's inventory is unreadable");
+      return 1;
+    }
+    detected[h.host] = inv->front();
+  }
+  // Hosts that are this one are planned from their agent's detection too.
+  Options planned = options_;
+  auto plan = build_plan(planned, envp_, 0, &detected);
+  if (!plan) {
+    say(plan.status().message());
+    Code c = plan.status().code();
+    return c == Code::kSystem ? 1 : 2;
+  }
+  plan_ = std::move(*plan);
+  // MASTER_PORT: free on rank 0's host, chosen there by its agent.
+  std::map<std::string, int> agent_by_name;
+  for (size_t i = 0; i < entries_.size(); ++i) agent_by_name[entries_[i].name] = static_cast<int>(i);
+  agent_of_host_.clear();
+  host_of_agent_.assign(entries_.size(), -1);
+  for (size_t h = 0; h < plan_.hosts.size(); ++h) {
+    int a = agent_by_name.at(plan_.hosts[h].inventory.host);
+    agent_of_host_.push_back(a);
+    host_of_agent_[static_cast<size_t>(a)] = static_cast<int>(h);
+  }
+  if (!plan_.ranks.empty()) {
+    int port = agents_->hellos()[static_cast<size_t>(agent_of_host_[static_cast<size_t>(plan_.ranks[0].host)])].free_port;
+    // Planned without a port (0): every rank gets the one rank 0's agent chose.
+    for (auto& r : plan_.ranks)
+      if (port > 0 && r.env.count("MASTER_ADDR") != 0) r.env.emplace("MASTER_PORT", std::to_string(port));
+  }
+  RunConfig cfg;
+  cfg.command = options_.command;
+  cfg.wdir = options_.wdir;
+  cfg.tag_output = options_.tag_output;
+  cfg.output_dir = options_.output_dir;
+  cfg.stdin_mode = options_.stdin_mode;
+  cfg.stdin_rank = options_.stdin_rank;
+  cfg.kill_grace_s = options_.kill_grace_s;
+  cfg.on_failure = options_.on_failure;
+  cfg.report_bindings = options_.report_bindings;
+  // -x VAR takes its value from accrun's environment here, not the agents'.
+  for (auto [name, value] : options_.exports) {
+    if (!value) {
+      for (char** e = envp_; e != nullptr && *e != nullptr; ++e)
+        if (std::strncmp(*e, name.c_str(), name.size()) == 0 && (*e)[name.size()] == '=') value = *e + name.size() + 1;
+    }
+    cfg.exports.emplace_back(name, value);
+  }
+  cfg.bind = !options_.topology;
+  // One job id, so one PMIx namespace, on every host.
+  cfg.jobid = job_id();
+  done_.assign(entries_.size(), false);
+  last_seen_.assign(entries_.size(), Clock::now());
+  for (size_t a = 0; a < entries_.size(); ++a) {
+    int h = host_of_agent_[a];
+    if (h < 0) {
+      agents_->send(static_cast<int>(a), msg::kShutdown, "");
+      agents_->close_agent(static_cast<int>(a));
+      done_[a] = true;
+      continue;
+    }
+    if (!agents_->send(static_cast<int>(a), msg::kLaunch, msg::encode_launch(h, plan_, cfg))) {
+      on_lost(static_cast<int>(a), "cannot send it its ranks");
+    }
+  }
+  log(LogLevel::kDebug, "launched %zu ranks on %zu hosts", plan_.ranks.size(), plan_.hosts.size());
+  if (options_.timeout_s > 0)
+    deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.timeout_s * 1000));
+  return -1;
+}
+
+std::set<int> Controller::participants(const std::string& signature) const {
+  std::set<int> out;
+  if (signature == "*") {
+    for (size_t a = 0; a < host_of_agent_.size(); ++a)
+      if (host_of_agent_[a] >= 0) out.insert(static_cast<int>(a));
+    return out;
+  }
+  size_t pos = 0;
+  while (pos < signature.size()) {
+    size_t comma = signature.find(',', pos);
+    if (comma == std::string::npos) comma = signature.size();
+    long r = std::strtol(signature.c_str() + pos, nullptr, 10);
+    if (r >= 0 && static_cast<size_t>(r) < plan_.ranks.size())
+      out.insert(agent_of_host_[static_cast<size_t>(plan_.ranks[static_cast<size_t>(r)].host)]);
+    pos = comma + 1;
+  }
+  return out;
+}
+
+void Controller::signal_all(int sig, int except) {
+  wire::Writer w;
+  w.i32(sig);
+  for (size_t a = 0; a < done_.size(); ++a)
+    if (!done_[a] && static_cast<int>(a) != except) agents_->send(static_cast<int>(a), msg::kSignal, w.data());
+}
+
+void Controller::fail(int status) {
+  if (!exit_code_) exit_code_ = status;
+}
+
+void Controller::on_lost(int agent, const std::string& why) {
+  if (done_[static_cast<size_t>(agent)]) return;
+  done_[static_cast<size_t>(agent)] = true;
+  agents_->close_agent(agent);
+  if (!terminating_) {
+    say("host " + entries_[static_cast<size_t>(agent)].name + ": " + why + "; its ranks are lost, terminating the others");
+    fail(1);
+    terminating_ = true;
+    signal_all(SIGKILL);
+  }
+}
+
+void Controller::on_frame(int agent, const wire::Frame& f) {
+  last_seen_[static_cast<size_t>(agent)] = Clock::now();
+  wire::Reader r(f.payload);
+  switch (f.type) {
+    case msg::kOutput: {
+      auto stream = r.u8("output: stream");
+      auto data = r.bytes_view("output: data");
+      if (!stream || !data) return on_lost(agent, "sent malformed output");
+      write_all(*stream == 1 ? 1 : 2, data->data(), data->size());
+      return;
+    }
+    case msg::kRankFailed: {
+      auto rank = r.u32("failed: rank");
+      auto status = r.i32("failed: status");
+      if (!rank || !status) return on_lost(agent, "sent a malformed failure");
+      bool first = !exit_code_.has_value() && !terminating_;
+      fail(*status);
+      if (first && options_.on_failure == OnFailure::kKill) {
+        terminating_ = true;
+        // The failing rank's host applies the policy to its own ranks.
+        signal_all(SIGTERM, agent);
+      }
+      return;
+    }
+    case msg::kFence: {
+      auto sig = r.str("fence: signature");
+      auto blob = r.bytes("fence: data");
+      if (!sig || !blob) return on_lost(agent, "sent a malformed fence");
+      size_t k = contributed_[{agent, *sig}]++;
+      auto& q = rounds_[*sig];
+      size_t base = completed_[*sig];
+      while (q.size() <= k - base) q.emplace_back();
+      q[k - base].parts[agent] = std::move(*blob);
+      // Complete rounds in order, as soon as every participant is in.
+      std::set<int> who = participants(*sig);
+      while (!q.empty() && q.front().parts.size() >= who.size()) {
+        std::string all;
+        for (auto& [a, part] : q.front().parts) all += part;
+        wire::Writer w;
+        w.str(*sig);
+        w.boolean(true);
+        w.bytes(all.data(), all.size());
+        for (auto& [a, part] : q.front().parts) agents_->send(a, msg::kFenceDone, w.data());
+        q.pop_front();
+        ++completed_[*sig];
+      }
+      return;
+    }
+    case msg::kDone: {
+      auto status = r.i32("done: status");
+      done_[static_cast<size_t>(agent)] = true;
+      if (status && *status != 0) fail(*status);
+      return;
+    }
+    case msg::kHeartbeat:
+    case msg::kLaunchExited:
+      return;
+    default:
+      return on_lost(agent, "sent an unexpected message (type " + std::to_string(f.type) + ")");
+  }
+}
+
+int Controller::loop() {
+  sigset_t mask, old;
+  sigemptyset(&mask);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&mask, s);
+  sigprocmask(SIG_BLOCK, &mask, &old);
+  int sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  std::optional<Clock::time_point> kill_at;
+  Clock::time_point last_beat{};
+  for (;;) {
+    bool all_done = true;
+    for (bool d : done_) all_done &= d;
+    if (all_done) break;
+    std::vector<pollfd> fds;
+    std::vector<int> who;
+    fds.push_back({sigfd, POLLIN, 0});
+    who.push_back(-1);
+    for (size_t a = 0; a < done_.size(); ++a) {
+      if (done_[a]) continue;
+      fds.push_back({agents_->agent_fd(static_cast<int>(a)), POLLIN, 0});
+      who.push_back(static_cast<int>(a));
+    }
+    poll(fds.data(), fds.size(), 200);
+    if (fds[0].revents) {
+      signalfd_siginfo si;
+      while (read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+        int sig = static_cast<int>(si.ssi_signo);
+        if (sig == SIGUSR1 || sig == SIGUSR2) {
+          signal_all(sig);
+        } else if (++interrupts_ == 1) {
+          say(std::string("received ") + sigabbrev_np(sig) + ", forwarding it to the ranks on every host (again to kill them)");
+          fail(128 + sig);
+          terminating_ = true;
+          signal_all(sig);
+        } else {
+          signal_all(SIGKILL);
+        }
+      }
+    }
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (!fds[i].revents) continue;
+      int a = who[i];
+      auto frames = agents_->receive(a);
+      if (!frames) {
+        if (!done_[static_cast<size_t>(a)]) on_lost(a, frames.status().message());
+        continue;
+      }
+      for (const auto& f : *frames) on_frame(a, f);
+    }
+    auto now = Clock::now();
+    if (now - last_beat >= std::chrono::seconds(1)) {
+      last_beat = now;
+      for (size_t a = 0; a < done_.size(); ++a)
+        if (!done_[a]) agents_->send(static_cast<int>(a), msg::kHeartbeat, "");
+    }
+    for (size_t a = 0; a < done_.size(); ++a)
+      if (!done_[a] && now - last_seen_[a] > kHeartbeatLimit)
+        on_lost(static_cast<int>(a), "no word from its agent for " + std::to_string(kHeartbeatLimit.count()) +
+                                         " s (the host or its network is down)");
+    if (deadline_ && now >= *deadline_) {
+      deadline_.reset();
+      say("--timeout " + std::to_string(static_cast<int64_t>(std::ceil(options_.timeout_s))) +
+          " s reached; terminating the ranks on every host");
+      fail(124);
+      terminating_ = true;
+      signal_all(SIGTERM);
+      kill_at = now + std::chrono::milliseconds(static_cast<int64_t>(options_.kill_grace_s * 1000) + 2000);
+    }
+    if (kill_at && now >= *kill_at) {
+      kill_at.reset();
+      signal_all(SIGKILL);
+    }
+  }
+  close(sigfd);
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+  return exit_code_.value_or(0);
+}
+
+}  // namespace
+
+bool names_other_hosts(const Options& options, char** envp) {
+  auto entries = entries_of(options);
+  if (!entries) return false;
+  const std::string self = this_hostname(detect_config(options, envp));
+  for (const auto& e : *entries)
+    if (!names_this_host(e.name, self)) return true;
+  return false;
+}
+
+int run_cluster_job(const Options& options, char** envp) {
+  signal(SIGPIPE, SIG_IGN);
+  Controller c(options, envp);
+  return c.run();
+}
+
+}  // namespace accrun::launcher

@@ -1,0 +1,23 @@
+// job_controller.hpp — the job controller for a job that spans hosts
+// (DESIGN.md §4): it starts an agent on every host (agents.hpp), plans from
+// what they detected, hands each agent its part, routes fences between
+// them, prints the ranks' output, applies the failure policy, --timeout and
+// signals, and decides the exit status.  Ranks never run in the
+// controller's own process: a host that is this one gets an agent process
+// too, so every host runs the same code.
+#pragma once
+
+#include "accrun/options.hpp"
+
+namespace accrun::launcher {
+
+// Runs the job of `options` on the hosts of its hostfile or -H list and
+// returns accrun's exit status (DESIGN.md §9).  Blocks; call from the main
+// thread before any other thread exists.
+int run_cluster_job(const Options& options, char** envp);
+
+// Whether the hostfile or -H list of `options` names a host other than this
+// one (bad input is left for the planner to report).
+bool names_other_hosts(const Options& options, char** envp);
+
+}  // namespace accrun::launcher

@@ -1,0 +1,120 @@
+// protocol.cpp — the kLaunch payload (protocol.hpp).
+#include "controller/protocol.hpp"
+
+#include "wire/codec.hpp"
+
+namespace accrun::launcher::msg {
+
+std::string encode_launch(int host, const Plan& plan, const RunConfig& config) {
+  wire::Writer w;
+  w.u32(static_cast<uint32_t>(host));
+  w.u32(static_cast<uint32_t>(plan.hosts.size()));
+  for (const auto& h : plan.hosts) w.str(h.inventory.host);
+  w.u32(static_cast<uint32_t>(plan.ranks.size()));
+  for (const auto& r : plan.ranks) {
+    w.u32(static_cast<uint32_t>(r.host));
+    w.u32(static_cast<uint32_t>(r.local_rank));
+    w.str(r.cpus);
+    w.string_map(r.env);
+  }
+  w.boolean(plan.oversubscribed);
+  w.string_vector(config.command);
+  w.boolean(config.wdir.has_value());
+  w.str(config.wdir.value_or(""));
+  w.boolean(config.tag_output);
+  w.boolean(config.output_dir.has_value());
+  w.str(config.output_dir.value_or(""));
+  w.u8(static_cast<uint8_t>(config.stdin_mode));
+  w.i32(config.stdin_rank);
+  w.f64(config.kill_grace_s);
+  w.u8(static_cast<uint8_t>(config.on_failure));
+  w.boolean(config.report_bindings);
+  w.boolean(config.bind);
+  w.str(config.jobid);
+  w.u32(static_cast<uint32_t>(config.exports.size()));
+  for (const auto& [name, value] : config.exports) {
+    w.str(name);
+    w.boolean(value.has_value());
+    w.str(value.value_or(""));
+  }
+  return w.take();
+}
+
+Result<Launch> decode_launch(std::string_view payload) {
+  wire::Reader r(payload);
+  Launch l;
+#define ACCRUN_READ(var, call)          \
+  do {                                  \
+    auto v_ = (call);                   \
+    if (!v_) return v_.status();        \
+    var = *v_;                          \
+  } while (0)
+  uint32_t host = 0, nhosts = 0, nranks = 0;
+  ACCRUN_READ(host, r.u32("launch: host"));
+  ACCRUN_READ(nhosts, r.u32("launch: hosts"));
+  if (nhosts > r.remaining()) return invalid_argument("launch: more hosts than bytes");
+  for (uint32_t i = 0; i < nhosts; ++i) {
+    HostSlots h;
+    ACCRUN_READ(h.inventory.host, r.str("launch: host name"));
+    l.plan.hosts.push_back(std::move(h));
+  }
+  if (host >= nhosts) return invalid_argument("launch: host index out of range");
+  l.host = static_cast<int>(host);
+  ACCRUN_READ(nranks, r.u32("launch: ranks"));
+  if (nranks > r.remaining()) return invalid_argument("launch: more ranks than bytes");
+  for (uint32_t i = 0; i < nranks; ++i) {
+    RankPlan rp;
+    rp.rank = static_cast<int>(i);
+    uint32_t rh = 0, lr = 0;
+    ACCRUN_READ(rh, r.u32("launch: rank host"));
+    if (rh >= nhosts) return invalid_argument("launch: a rank's host is out of range");
+    rp.host = static_cast<int>(rh);
+    ACCRUN_READ(lr, r.u32("launch: local rank"));
+    rp.local_rank = static_cast<int>(lr);
+    ACCRUN_READ(rp.cpus, r.str("launch: cpus"));
+    ACCRUN_READ(rp.env, r.string_map("launch: env"));
+    l.plan.ranks.push_back(std::move(rp));
+  }
+  ACCRUN_READ(l.plan.oversubscribed, r.boolean("launch: oversubscribed"));
+  RunConfig& c = l.config;
+  ACCRUN_READ(c.command, r.string_vector("launch: command"));
+  bool has = false;
+  std::string text;
+  ACCRUN_READ(has, r.boolean("launch: wdir"));
+  ACCRUN_READ(text, r.str("launch: wdir"));
+  if (has) c.wdir = text;
+  ACCRUN_READ(c.tag_output, r.boolean("launch: tag"));
+  ACCRUN_READ(has, r.boolean("launch: output dir"));
+  ACCRUN_READ(text, r.str("launch: output dir"));
+  if (has) c.output_dir = text;
+  uint8_t mode = 0;
+  ACCRUN_READ(mode, r.u8("launch: stdin"));
+  if (mode > static_cast<uint8_t>(StdinMode::kRank)) return invalid_argument("launch: bad stdin mode");
+  c.stdin_mode = static_cast<StdinMode>(mode);
+  ACCRUN_READ(c.stdin_rank, r.i32("launch: stdin rank"));
+  ACCRUN_READ(c.kill_grace_s, r.f64("launch: kill grace"));
+  ACCRUN_READ(mode, r.u8("launch: on failure"));
+  if (mode > static_cast<uint8_t>(OnFailure::kContinue)) return invalid_argument("launch: bad failure policy");
+  c.on_failure = static_cast<OnFailure>(mode);
+  ACCRUN_READ(c.report_bindings, r.boolean("launch: report bindings"));
+  ACCRUN_READ(c.bind, r.boolean("launch: bind"));
+  ACCRUN_READ(c.jobid, r.str("launch: job id"));
+  if (c.jobid.empty() || c.jobid.size() > 32 || c.jobid.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return invalid_argument("launch: bad job id");
+  uint32_t nexports = 0;
+  ACCRUN_READ(nexports, r.u32("launch: exports"));
+  if (nexports > r.remaining()) return invalid_argument("launch: more exports than bytes");
+  for (uint32_t i = 0; i < nexports; ++i) {
+    std::string name, value;
+    ACCRUN_READ(name, r.str("launch: export name"));
+    ACCRUN_READ(has, r.boolean("launch: export"));
+    ACCRUN_READ(value, r.str("launch: export value"));
+    c.exports.emplace_back(name, has ? std::optional<std::string>(value) : std::nullopt);
+  }
+#undef ACCRUN_READ
+  if (Status s = r.expect_end("launch"); !s) return s;
+  c.host = l.host;
+  return l;
+}
+
+}  // namespace accrun::launcher::msg

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Ranks across the test bed's hosts (accrun(1) "SEVERAL HOSTS"): rank
+# environment and tags, an Open MPI program by direct launch (allreduce over
+# TCP between hosts, split_type SHARED), MPI_Abort, mpi4py, each host's own
+# GPUs, output integrity; and every way a job ends — a rank failing on a
+# remote host, Ctrl-C, kill -9 of the controller, kill -9 of an agent, a
+# host's link going down — within 5 s with nothing left on any host.
+# usage: launch.sh SOURCE_DIR ACCRUN MPI_HELLO FLOOD
+set -uo pipefail
+src=$1
+accrun=$2
+mpi_hello=$3
+flood=$4
+. "$src/tests/testbed/env.sh" || exit $?
+tb=$ACCRUN_TESTBED
+hosts=$ACCRUN_TESTBED_HOSTFILE
+agent="ssh -F $ACCRUN_TESTBED_SSH_CONFIG"
+state=$ACCRUN_TESTBED_STATE
+mpi_env=(-x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM -x OMPI_MCA_hwloc_base_binding_policy)
+fail=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; [ $# -gt 1 ] && echo "$2" | head -40; fail=1; }
+check() {  # check NAME REGEX TEXT
+  if grep -Eq -- "$2" <<<"$3"; then ok "$1"; else bad "$1: expected /$2/ in:" "$3"; fi
+}
+nothing_left() {  # nothing_left NAME PATTERN: no process matching, no job directory, on any host
+  local h left i
+  for i in $(seq 50); do
+    left=""
+    for h in h1 h2 h3 h4; do
+      # (the shell itself carries the pattern in its arguments: leave it out)
+      left+=$("$tb" hx "$h" sh -c 'pgrep -f -- "$1" | grep -vx "$$" | sed "s/^/$2:/"; ls -d /tmp/accrun.* /dev/shm/accrun.* 2>/dev/null | sed "s/^/$2:/"' sh "$2" "$h")
+    done
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
+  if [ -z "$left" ]; then ok "$1: nothing left on any host"; else bad "$1: left behind" "$left"; fi
+}
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b - a}'; }
+
+# 1. Rank environment and tags.
+out=$("$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" --tag-output \
+  sh -c 'echo "$(hostname) $ACCRUN_RANK/$ACCRUN_SIZE local $ACCRUN_LOCAL_RANK/$ACCRUN_LOCAL_SIZE node $ACCRUN_NODE_RANK $MASTER_ADDR:$MASTER_PORT"' 2>&1)
+check "exit 0 and 8 tagged lines" "^\[h1:0\] h1 0/8 local 0/2 node 0 h1:[0-9]+$" "$out"
+for r in 0 1 2 3 4 5 6 7; do
+  h=h$((r / 2 + 1))
+  check "rank $r on $h" "^\[$h:$r\] $h $r/8 local $((r % 2))/2 node $((r / 2)) h1:[1-9][0-9]*$" "$out"
+done
+
+# 2. Open MPI by direct launch across 4 hosts x 2.
+out=$("$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" "${mpi_env[@]}" "$mpi_hello" 2>&1)
+rc=$?
+n=$(grep -c "size=8 shared=2 sum=36 expect=36" <<<"$out")
+[ "$rc" = 0 ] && [ "$n" = 8 ] && ok "Open MPI across 4 hosts: 8 ranks, allreduce 36, SHARED 2" || bad "Open MPI across hosts (exit $rc, $n good lines)" "$out"
+
+# 3. MPI_Abort(7) on h3: exit 7, no survivors anywhere.
+out=$("$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" "${mpi_env[@]}" "$mpi_hello" abort=5:7 2>&1)
+check "MPI_Abort(7) on h3 gives 7" "^7$" "$?"
+check "the abort is named" "rank 5 on host h3 called abort with status 7" "$out"
+nothing_left "MPI_Abort" "$mpi_hello"
+
+# 4. mpi4py across 2 hosts.
+py=/usr/bin/python3
+if "$py" -c 'import mpi4py' 2>/dev/null; then
+  out=$("$accrun" -n 4 -H h1:2,h2:2 --launch-agent "$agent" "${mpi_env[@]}" "$py" -c \
+    'from mpi4py import MPI; c = MPI.COMM_WORLD; print("mpi4py", c.rank, c.size, c.allreduce(c.rank + 1), MPI.Get_processor_name())' 2>&1)
+  n=$(grep -cE "^mpi4py [0-3] 4 10 h[12]$" <<<"$out")
+  [ "$n" = 4 ] && ok "mpi4py across 2 hosts" || bad "mpi4py across 2 hosts" "$out"
+else
+  echo "skip mpi4py: python3-mpi4py is not installed"
+fi
+
+# 5. Each host's own GPUs, detected by its agent from its own sysfs root.
+for i in 1 2 3 4; do rm -rf "$state/hosts/h$i/sys"; mkdir -p "$state/hosts/h$i"; cp -r "$src/tests/fixtures/sysfs/nvidia-8xh100" "$state/hosts/h$i/sys"; done
+gpu_agent="$agent {host} env ACCRUN_NVML_LIBRARY= ACCRUN_SYSFS_ROOT=/run/testbed/sys {cmd}"
+out=$("$accrun" -n 8 --hostfile "$hosts" --gpus-per-rank 1 --launch-agent "$gpu_agent" \
+  sh -c 'echo "gpu $(hostname) $ACCRUN_RANK $CUDA_VISIBLE_DEVICES $ACCRUN_GPU_IDS"' 2>&1)
+for r in 0 1 2 3 4 5 6 7; do check "rank $r: its host's GPU $((r % 2))" "^gpu h$((r / 2 + 1)) $r $((r % 2)) $((r % 2))$" "$out"; done
+rm -rf "$state"/hosts/h*/sys
+
+# 6. A rank failing on a remote host.
+out=$("$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" sh -c '[ "$ACCRUN_RANK" = 5 ] && exit 3; sleep 20' 2>&1)
+check "a remote rank's status is the job's" "^3$" "$?"
+check "the failure names rank and host" "rank 5 on host h3 exited with status 3" "$out"
+nothing_left "remote failure" "sleep 20"
+
+# 7. Output: 4 hosts x 2 ranks x 50,000 lines, every line whole and tagged once.
+"$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" --tag-output "$flood" 50000 >"$state/scratch/flood.out" 2>&1
+rc=$?
+total=$(wc -l <"$state/scratch/flood.out")
+badlines=$(grep -cvE '^\[h[1-4]:([0-7])\] rank \1 line [0-9]+$' "$state/scratch/flood.out")
+[ "$rc" = 0 ] && [ "$total" = 400000 ] && [ "$badlines" = 0 ] && ok "400,000 lines intact and tagged once" ||
+  bad "flood: exit $rc, $total lines, $badlines bad" "$(grep -vE '^\[h[1-4]:([0-7])\] rank \1 line [0-9]+$' "$state/scratch/flood.out" | head -5)"
+rm -f "$state/scratch/flood.out"
+
+# 8. The job ends within 5 s, however it is ended.
+ends() {  # ends NAME SECONDS-BUDGET ACTION: starts a sleeping job, runs ACTION (with $job set), times the end
+  local name=$1 budget=$2 action=$3
+  "$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" sleep 60 >"$state/scratch/end.out" 2>&1 &
+  job=$!
+  for _ in $(seq 100); do
+    [ "$("$tb" hx h4 pgrep -c -f 'sleep 60')" = 2 ] && break
+    sleep 0.05
+  done
+  local t0; t0=$(now)
+  eval "$action"
+  for _ in $(seq 200); do kill -0 "$job" 2>/dev/null || break; sleep 0.05; done
+  wait "$job" 2>/dev/null
+  rc=$?
+  local took; took=$(elapsed "$t0")
+  if awk -v t="$took" -v b="$budget" 'BEGIN{exit !(t <= b)}'; then ok "$name: ended in $took s (exit $rc)"; else bad "$name: took $took s" "$(cat "$state/scratch/end.out")"; fi
+  nothing_left "$name" "sleep 60"
+}
+ends "Ctrl-C" 5 'kill -INT $job'
+check "Ctrl-C exit 130" "^130$" "$rc"
+ends "kill -9 of the controller" 5 'kill -9 $job'
+ends "kill -9 of the agent on h2" 5 '"$tb" hx h2 pkill -9 -o -f -- "accrun --daemon"'
+check "the lost host is named" "host h2: .*lost" "$(cat "$state/scratch/end.out")"
+ends "h3's link down" 5 'ip link set vt-h3 down'
+ip link set vt-h3 up
+check "the silent host is named" "host h3: no word from its agent" "$(cat "$state/scratch/end.out")"
+# a host whose link went down cleans up after itself
+nothing_left "h3 after its link came back" "accrun --daemon"
+exit $fail
