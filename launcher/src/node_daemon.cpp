@@ -849,6 +849,7 @@ int Daemon::setup_and_spawn() {
     pmix_->set_fence_router([up](const std::string& signature, std::string blob, PmixServer::FenceDone done) {
       up->fence(signature, std::move(blob), std::move(done));
     });
+    pmix_->set_directory_router(up->directory());
   }
   trace(t0_, "PMIx server initialised");
   PmixJob job;

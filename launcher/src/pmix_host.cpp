@@ -627,8 +627,60 @@ void PmixServer::notify_failure(int rank, int exit_code, const std::string& kind
 
 // ---------------------------------------------------------- name directory
 
+Result<std::string> PmixServer::pack_value(const pmix_value_t& value) {
+  pmix_data_buffer_t buf;
+  PMIX_DATA_BUFFER_CONSTRUCT(&buf);
+  pmix_status_t rc = PMIx_Data_pack(nullptr, &buf, const_cast<pmix_value_t*>(&value), 1, PMIX_VALUE);
+  if (rc != PMIX_SUCCESS) {
+    PMIX_DATA_BUFFER_DESTRUCT(&buf);
+    return pmix_error("PMIx_Data_pack", rc);
+  }
+  std::string out(buf.base_ptr, buf.bytes_used);
+  PMIX_DATA_BUFFER_DESTRUCT(&buf);
+  return out;
+}
+
+namespace {
+
+// Unpacks what pack_value wrote into `out` (which the caller destructs).
+bool unpack_value(const std::string& packed, pmix_value_t* out) {
+  pmix_data_buffer_t buf;
+  PMIX_DATA_BUFFER_CONSTRUCT(&buf);
+  PMIX_DATA_BUFFER_LOAD(&buf, const_cast<char*>(packed.data()), packed.size());
+  int32_t n = 1;
+  pmix_value_t* v = nullptr;
+  PMIX_VALUE_CREATE(v, 1);
+  pmix_status_t rc = PMIx_Data_unpack(nullptr, &buf, v, &n, PMIX_VALUE);
+  // The buffer borrowed `packed`: detach before destructing.
+  buf.base_ptr = nullptr;
+  buf.bytes_allocated = buf.bytes_used = 0;
+  PMIX_DATA_BUFFER_DESTRUCT(&buf);
+  if (rc != PMIX_SUCCESS) {
+    PMIX_VALUE_RELEASE(v);
+    return false;
+  }
+  PMIx_Value_xfer(out, v);
+  PMIX_VALUE_RELEASE(v);
+  return true;
+}
+
+}  // namespace
+
 void PmixServer::do_publish(int rank, std::vector<std::pair<std::string, std::shared_ptr<pmix_value_t>>> values,
                             std::function<void(int)> reply) {
+  if (directory_router_ != nullptr) {
+    std::vector<std::pair<std::string, std::string>> packed;
+    for (const auto& [key, v] : values) {
+      auto p = pack_value(*v);
+      if (!p) {
+        reply(PMIX_ERR_BAD_PARAM);
+        return;
+      }
+      packed.emplace_back(key, std::move(*p));
+    }
+    directory_router_->publish(rank, std::move(packed), std::move(reply));
+    return;
+  }
   for (const auto& [key, v] : values) {
     if (directory_.count(key)) {
       reply(PMIX_ERR_DUPLICATE_KEY);
@@ -671,14 +723,49 @@ bool PmixServer::try_complete(PendingLookup& l, bool final) {
 }
 
 void PmixServer::do_lookup(std::shared_ptr<PendingLookup> lookup) {
+  if (directory_router_ != nullptr) {
+    double timeout_s = 0;
+    if (lookup->deadline)
+      timeout_s = std::chrono::duration<double>(*lookup->deadline - std::chrono::steady_clock::now()).count();
+    std::string nspace = nspace_;
+    directory_router_->lookup(
+        lookup->rank, lookup->keys, lookup->wait, lookup->wait_count, timeout_s,
+        [lookup, nspace](int status, std::vector<Found> found) {
+          pmix_pdata_t* pd = nullptr;
+          size_t n = 0;
+          if (!found.empty()) PMIX_PDATA_CREATE(pd, found.size());
+          for (const auto& f : found) {
+            PMIX_LOAD_PROCID(&pd[n].proc, nspace.c_str(), static_cast<pmix_rank_t>(f.rank));
+            PMIX_LOAD_KEY(pd[n].key, f.key.c_str());
+            if (unpack_value(f.packed, &pd[n].value)) ++n;
+          }
+          if (n == 0 && status == PMIX_SUCCESS) status = PMIX_ERR_NOT_FOUND;
+          if (lookup->cbfunc) lookup->cbfunc(status, pd, n, lookup->cbdata);
+          if (pd != nullptr) PMIX_PDATA_FREE(pd, found.size());
+          lookup->done = true;
+        });
+    return;
+  }
   if (try_complete(*lookup, false)) return;
   waiting_.push_back(std::move(lookup));
 }
 
 void PmixServer::do_unpublish(int rank, std::vector<std::string> keys, std::function<void(int)> reply) {
+  if (directory_router_ != nullptr) {
+    directory_router_->unpublish(rank, std::move(keys), std::move(reply));
+    return;
+  }
   if (keys.empty()) {
     std::erase_if(directory_, [rank](const auto& e) { return e.second.first == rank; });
   } else {
+    // Only the publisher may take a key back.
+    for (const auto& k : keys) {
+      auto it = directory_.find(k);
+      if (it != directory_.end() && it->second.first != rank) {
+        reply(PMIX_ERR_NO_PERMISSIONS);
+        return;
+      }
+    }
     for (const auto& k : keys) directory_.erase(k);
   }
   reply(PMIX_SUCCESS);

@@ -20,6 +20,7 @@
 #include <pmix.h>
 #include <pmix_server.h>
 
+#include "accrun/node_daemon.hpp"
 #include "accrun/plan.hpp"
 #include "accrun/status.hpp"
 
@@ -107,6 +108,15 @@ class PmixServer {
   void set_fence_router(FenceRouter router) { fence_router_ = std::move(router); }
   const FenceRouter& fence_router() const { return fence_router_; }
 
+  // Across hosts: the job's name directory lives with the job controller.
+  // Values travel packed (pack_value/unpack_value); a lookup's answer lists
+  // (key, publisher rank, packed value).  Without a router the directory is
+  // this server's own (one host).
+  using Found = DirectoryEntry;
+  using DirectoryRouter = JobDirectory;
+  void set_directory_router(DirectoryRouter* router) { directory_router_ = router; }
+  static Result<std::string> pack_value(const pmix_value_t& value);
+
   // Lookups waiting with PMIX_TIMEOUT: the earliest deadline, if any, and
   // expiring those that are due.
   std::optional<std::chrono::steady_clock::time_point> next_deadline() const;
@@ -135,6 +145,7 @@ class PmixServer {
   std::map<std::string, std::pair<int, std::shared_ptr<pmix_value_t>>> directory_;
   std::vector<std::shared_ptr<PendingLookup>> waiting_;
   FenceRouter fence_router_;
+  DirectoryRouter* directory_router_ = nullptr;
 };
 
 }  // namespace accrun::launcher

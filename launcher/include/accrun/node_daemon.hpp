@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -28,8 +29,33 @@ class DaemonControl {
   virtual void terminate(int sig) = 0;
 };
 
+// The job's name directory (PMIx publish/lookup/unpublish) when it lives
+// elsewhere: with the job controller, for a job across hosts.  Values are
+// PMIx values packed by the PMIx library; `done` runs on the event loop.
+struct DirectoryEntry {
+  std::string key;
+  int rank = 0;          // the publisher
+  std::string packed;    // its value
+};
+class JobDirectory {
+ public:
+  virtual ~JobDirectory() = default;
+  // Adds every key or none (a key already there: PMIX_ERR_DUPLICATE_KEY).
+  virtual void publish(int rank, std::vector<std::pair<std::string, std::string>> packed,
+                       std::function<void(int status)> done) = 0;
+  // With `wait`, answers once `wait_count` (0: all) keys exist or after
+  // `timeout_s` (0: none) with PMIX_ERR_TIMEOUT.
+  virtual void lookup(int rank, std::vector<std::string> keys, bool wait, size_t wait_count, double timeout_s,
+                      std::function<void(int status, std::vector<DirectoryEntry> found)> done) = 0;
+  // Removes `rank`'s keys (all of them when `keys` is empty); a key another
+  // rank published is refused.
+  virtual void unpublish(int rank, std::vector<std::string> keys, std::function<void(int status)> done) = 0;
+};
+
 class Upstream {
  public:
+  // The job-wide name directory, or null to keep it on this host.
+  virtual JobDirectory* directory() { return nullptr; }
   virtual ~Upstream() = default;
   // Readable when the controller sent something.
   virtual int fd() const = 0;
@@ -55,6 +81,7 @@ class Upstream {
 struct RunConfig {
   std::vector<std::string> command;     // program and arguments (non-empty)
   std::optional<std::string> wdir;      // --wdir
+  bool wdir_soft = false;               // wdir is the launcher's cwd: used where it exists (as mpirun)
   bool tag_output = false;              // --tag-output
   std::optional<std::string> output_dir;  // --output-dir
   StdinMode stdin_mode = StdinMode::kRank;  // --stdin

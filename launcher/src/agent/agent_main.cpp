@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -139,10 +140,48 @@ Env environment_of(char** envp) {
 }
 
 // The daemon's link to the controller while this host's ranks run.
-class AgentUpstream final : public Upstream {
+class AgentUpstream final : public Upstream, public JobDirectory {
  public:
   explicit AgentUpstream(int fd) : fd_(fd) {}
   int fd() const override { return fd_; }
+  JobDirectory* directory() override { return this; }
+
+  void publish(int rank, std::vector<std::pair<std::string, std::string>> packed,
+               std::function<void(int)> done) override {
+    uint64_t id = ++next_id_;
+    status_waiters_[id] = std::move(done);
+    wire::Writer w;
+    w.u64(id);
+    w.u32(static_cast<uint32_t>(rank));
+    w.u32(static_cast<uint32_t>(packed.size()));
+    for (const auto& [key, value] : packed) {
+      w.str(key);
+      w.bytes(value.data(), value.size());
+    }
+    send_frame(fd_, msg::kPublish, w.data());
+  }
+  void lookup(int rank, std::vector<std::string> keys, bool wait, size_t wait_count, double timeout_s,
+              std::function<void(int, std::vector<DirectoryEntry>)> done) override {
+    uint64_t id = ++next_id_;
+    lookup_waiters_[id] = std::move(done);
+    wire::Writer w;
+    w.u64(id);
+    w.u32(static_cast<uint32_t>(rank));
+    w.string_vector(keys);
+    w.boolean(wait);
+    w.u32(static_cast<uint32_t>(wait_count));
+    w.f64(timeout_s);
+    send_frame(fd_, msg::kLookup, w.data());
+  }
+  void unpublish(int rank, std::vector<std::string> keys, std::function<void(int)> done) override {
+    uint64_t id = ++next_id_;
+    status_waiters_[id] = std::move(done);
+    wire::Writer w;
+    w.u64(id);
+    w.u32(static_cast<uint32_t>(rank));
+    w.string_vector(keys);
+    send_frame(fd_, msg::kUnpublish, w.data());
+  }
   bool on_readable(DaemonControl& daemon) override {
     char buf[65536];
     ssize_t got = recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
@@ -166,6 +205,33 @@ class AgentUpstream final : public Upstream {
         auto done = std::move(q.front());
         q.pop_front();
         done(*ok, std::move(*all));
+      } else if (f.type == msg::kPublishDone || f.type == msg::kUnpublishDone) {
+        auto id = r.u64("directory: id");
+        auto st = r.i32("directory: status");
+        if (!id || !st) return false;
+        auto it = status_waiters_.find(*id);
+        if (it == status_waiters_.end()) return false;
+        auto done = std::move(it->second);
+        status_waiters_.erase(it);
+        done(*st);
+      } else if (f.type == msg::kLookupDone) {
+        auto id = r.u64("lookup: id");
+        auto st = r.i32("lookup: status");
+        auto n = r.u32("lookup: count");
+        if (!id || !st || !n || *n > f.payload.size()) return false;
+        std::vector<DirectoryEntry> found;
+        for (uint32_t i = 0; i < *n; ++i) {
+          auto key = r.str("lookup: key");
+          auto rank = r.u32("lookup: rank");
+          auto value = r.bytes("lookup: value");
+          if (!key || !rank || !value) return false;
+          found.push_back({*key, static_cast<int>(*rank), std::move(*value)});
+        }
+        auto it = lookup_waiters_.find(*id);
+        if (it == lookup_waiters_.end()) return false;
+        auto done = std::move(it->second);
+        lookup_waiters_.erase(it);
+        done(*st, std::move(found));
       } else if (f.type == msg::kShutdown) {
         return false;
       }
@@ -212,6 +278,9 @@ class AgentUpstream final : public Upstream {
   std::map<std::string, std::deque<std::function<void(bool, std::string)>>> fences_;
   Clock::time_point last_beat_{};
   Clock::time_point last_heard_ = Clock::now();
+  uint64_t next_id_ = 0;
+  std::map<uint64_t, std::function<void(int)>> status_waiters_;
+  std::map<uint64_t, std::function<void(int, std::vector<DirectoryEntry>)>> lookup_waiters_;
 };
 
 
@@ -351,6 +420,8 @@ int daemon_main(const Options&, char** envp) {
         cfg.inherited = environment_of(envp);
         if (auto it = cfg.inherited.find("TMPDIR"); it != cfg.inherited.end() && !it->second.empty())
           cfg.tmpdir = it->second;
+        struct stat st;
+        if (cfg.wdir && cfg.wdir_soft && (stat(cfg.wdir->c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) cfg.wdir.reset();
         // Standard input stays with accrun on the launching host.
         cfg.stdin_mode = StdinMode::kNone;
         cfg.upstream = &upstream;

@@ -1,6 +1,7 @@
 // job_controller.cpp — a job across hosts (job_controller.hpp).
 #include "controller/job_controller.hpp"
 
+#include <pmix_common.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/random.h>
@@ -107,7 +108,116 @@ class Controller {
   std::map<std::pair<int, std::string>, size_t> contributed_;  // (agent, signature) -> count
   std::map<std::string, size_t> completed_;                    // signature -> rounds done
   std::set<int> participants(const std::string& signature) const;
+
+  // The job-wide name directory: key -> (publisher rank, packed value).
+  struct Entry {
+    int rank = 0;
+    std::string packed;
+  };
+  std::map<std::string, Entry> directory_;
+  struct Lookup {
+    int agent = 0;
+    uint64_t id = 0;
+    std::vector<std::string> keys;
+    bool wait = false;
+    size_t wait_count = 0;
+    std::optional<Clock::time_point> deadline;
+  };
+  std::vector<Lookup> waiting_;
+  bool try_answer(const Lookup& l, bool final);
+  void on_directory(int agent, const wire::Frame& f);
+  void expire_lookups(Clock::time_point now);
 };
+
+bool Controller::try_answer(const Lookup& l, bool final) {
+  std::vector<const std::string*> found;
+  for (const auto& k : l.keys)
+    if (directory_.count(k)) found.push_back(&k);
+  size_t needed = l.wait_count == 0 ? l.keys.size() : std::min(l.wait_count, l.keys.size());
+  if (l.wait && found.size() < needed && !final) return false;
+  int status = PMIX_SUCCESS;
+  if (l.wait && found.size() < needed) {
+    status = PMIX_ERR_TIMEOUT;
+    found.clear();
+  } else if (found.empty()) {
+    status = PMIX_ERR_NOT_FOUND;
+  }
+  wire::Writer w;
+  w.u64(l.id);
+  w.i32(status);
+  w.u32(static_cast<uint32_t>(found.size()));
+  for (const std::string* k : found) {
+    const Entry& e = directory_.at(*k);
+    w.str(*k);
+    w.u32(static_cast<uint32_t>(e.rank));
+    w.bytes(e.packed.data(), e.packed.size());
+  }
+  agents_->send(l.agent, msg::kLookupDone, w.data());
+  return true;
+}
+
+void Controller::expire_lookups(Clock::time_point now) {
+  std::erase_if(waiting_, [&](const Lookup& l) { return l.deadline && *l.deadline <= now && try_answer(l, true); });
+}
+
+void Controller::on_directory(int agent, const wire::Frame& f) {
+  wire::Reader r(f.payload);
+  auto id = r.u64("directory: id");
+  auto rank = r.u32("directory: rank");
+  if (!id || !rank) return on_lost(agent, "sent a malformed directory request");
+  auto reply = [&](uint16_t type, int status) {
+    wire::Writer w;
+    w.u64(*id);
+    w.i32(status);
+    agents_->send(agent, type, w.data());
+  };
+  if (f.type == msg::kPublish) {
+    auto n = r.u32("publish: count");
+    if (!n || *n > f.payload.size()) return on_lost(agent, "sent a malformed publish");
+    std::vector<std::pair<std::string, std::string>> values;
+    for (uint32_t i = 0; i < *n; ++i) {
+      auto key = r.str("publish: key");
+      auto value = r.bytes("publish: value");
+      if (!key || !value) return on_lost(agent, "sent a malformed publish");
+      values.emplace_back(std::move(*key), std::move(*value));
+    }
+    for (const auto& [key, value] : values)
+      if (directory_.count(key)) return reply(msg::kPublishDone, PMIX_ERR_DUPLICATE_KEY);
+    for (auto& [key, value] : values) directory_[key] = {static_cast<int>(*rank), std::move(value)};
+    reply(msg::kPublishDone, PMIX_SUCCESS);
+    std::erase_if(waiting_, [&](const Lookup& l) { return try_answer(l, false); });
+  } else if (f.type == msg::kLookup) {
+    Lookup l;
+    l.agent = agent;
+    l.id = *id;
+    auto keys = r.string_vector("lookup: keys");
+    auto wait = r.boolean("lookup: wait");
+    auto count = r.u32("lookup: wait count");
+    auto timeout = r.f64("lookup: timeout");
+    if (!keys || !wait || !count || !timeout) return on_lost(agent, "sent a malformed lookup");
+    l.keys = std::move(*keys);
+    l.wait = *wait;
+    l.wait_count = *count;
+    if (*timeout > 0 && *timeout < 1e7)
+      l.deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(*timeout * 1000));
+    if (!try_answer(l, false)) waiting_.push_back(std::move(l));
+  } else {
+    auto keys = r.string_vector("unpublish: keys");
+    if (!keys) return on_lost(agent, "sent a malformed unpublish");
+    int me = static_cast<int>(*rank);
+    if (keys->empty()) {
+      std::erase_if(directory_, [me](const auto& e) { return e.second.rank == me; });
+    } else {
+      // Only the publisher may take a key back.
+      for (const auto& k : *keys) {
+        auto it = directory_.find(k);
+        if (it != directory_.end() && it->second.rank != me) return reply(msg::kUnpublishDone, PMIX_ERR_NO_PERMISSIONS);
+      }
+      for (const auto& k : *keys) directory_.erase(k);
+    }
+    reply(msg::kUnpublishDone, PMIX_SUCCESS);
+  }
+}
 
 int Controller::run() {
   auto entries = entries_of(options_);
@@ -186,6 +296,15 @@ int Controller::plan_and_launch() {
   RunConfig cfg;
   cfg.command = options_.command;
   cfg.wdir = options_.wdir;
+  if (!cfg.wdir) {
+    // Ranks start where accrun was started, on hosts where that directory
+    // exists (a shared file system), else in the agent's home (as mpirun).
+    char cwd[4096];
+    if (getcwd(cwd, sizeof cwd) != nullptr) {
+      cfg.wdir = std::string(cwd);
+      cfg.wdir_soft = true;
+    }
+  }
   cfg.tag_output = options_.tag_output;
   cfg.output_dir = options_.output_dir;
   cfg.stdin_mode = options_.stdin_mode;
@@ -323,6 +442,10 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
     case msg::kHeartbeat:
     case msg::kLaunchExited:
       return;
+    case msg::kPublish:
+    case msg::kLookup:
+    case msg::kUnpublish:
+      return on_directory(agent, f);
     default:
       return on_lost(agent, "sent an unexpected message (type " + std::to_string(f.type) + ")");
   }
@@ -395,6 +518,7 @@ int Controller::loop() {
       signal_all(SIGTERM);
       kill_at = now + std::chrono::milliseconds(static_cast<int64_t>(options_.kill_grace_s * 1000) + 2000);
     }
+    expire_lookups(now);
     if (kill_at && now >= *kill_at) {
       kill_at.reset();
       signal_all(SIGKILL);

@@ -21,6 +21,7 @@ std::string encode_launch(int host, const Plan& plan, const RunConfig& config) {
   w.string_vector(config.command);
   w.boolean(config.wdir.has_value());
   w.str(config.wdir.value_or(""));
+  w.boolean(config.wdir_soft);
   w.boolean(config.tag_output);
   w.boolean(config.output_dir.has_value());
   w.str(config.output_dir.value_or(""));
@@ -83,6 +84,7 @@ Result<Launch> decode_launch(std::string_view payload) {
   ACCRUN_READ(has, r.boolean("launch: wdir"));
   ACCRUN_READ(text, r.str("launch: wdir"));
   if (has) c.wdir = text;
+  ACCRUN_READ(c.wdir_soft, r.boolean("launch: wdir soft"));
   ACCRUN_READ(c.tag_output, r.boolean("launch: tag"));
   ACCRUN_READ(has, r.boolean("launch: output dir"));
   ACCRUN_READ(text, r.str("launch: output dir"));

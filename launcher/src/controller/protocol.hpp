@@ -48,6 +48,23 @@ enum Type : uint16_t {
   // agent → controller: nothing; sent every second so that a host that
   // drops off the network is noticed.
   kHeartbeat = 11,
+  // The job-wide name directory (PMIx publish/lookup/unpublish), kept by
+  // the controller.  Each request carries a u64 id its answer repeats.
+  // agent → controller: u64 id, u32 rank, u32 n, n × (str key, bytes value)
+  kPublish = 12,
+  // controller → agent: u64 id, i32 PMIx status
+  kPublishDone = 13,
+  // agent → controller: u64 id, u32 rank, string vector keys, bool wait,
+  // u32 wait count (0: all), f64 timeout in seconds (0: none)
+  kLookup = 14,
+  // controller → agent: u64 id, i32 PMIx status, u32 n, n × (str key,
+  // u32 publisher rank, bytes value)
+  kLookupDone = 15,
+  // agent → controller: u64 id, u32 rank, string vector keys (none: all of
+  // the rank's)
+  kUnpublish = 16,
+  // controller → agent: u64 id, i32 PMIx status
+  kUnpublishDone = 17,
 };
 
 // kLaunch: the host this agent runs (an index into plan.hosts), the plan

@@ -5,12 +5,14 @@
 # GPUs, output integrity; and every way a job ends — a rank failing on a
 # remote host, Ctrl-C, kill -9 of the controller, kill -9 of an agent, a
 # host's link going down — within 5 s with nothing left on any host.
-# usage: launch.sh SOURCE_DIR ACCRUN MPI_HELLO FLOOD
+# usage: launch.sh SOURCE_DIR ACCRUN MPI_HELLO FLOOD PMIX_CLIENT BACKENDS_AUTO
 set -uo pipefail
 src=$1
 accrun=$2
 mpi_hello=$3
 flood=$4
+pmix_client=$5
+backends_auto=$6
 . "$src/tests/testbed/env.sh" || exit $?
 tb=$ACCRUN_TESTBED
 hosts=$ACCRUN_TESTBED_HOSTFILE
@@ -59,6 +61,19 @@ out=$("$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" "${mpi_env[@]}"
 check "MPI_Abort(7) on h3 gives 7" "^7$" "$?"
 check "the abort is named" "rank 5 on host h3 called abort with status 7" "$out"
 nothing_left "MPI_Abort" "$mpi_hello"
+
+# 3b. One job-wide PMIx: put/fence/get, publish (create-if-absent), lookup
+# with wait and timeout, between ranks of two hosts; named groups meet
+# through the job-wide directory (MPI backend); a store group that spans
+# hosts fails at init with a clear message.
+out=$("$accrun" -n 4 -H h1:2,h2:2 --launch-agent "$agent" "$pmix_client" 2>&1)
+n=$(grep -c "^OK rank=" <<<"$out")
+[ "$n" = 4 ] && ok "PMIx data and the name directory across 2 hosts" || bad "PMIx across hosts" "$out"
+out=$("$accrun" -n 4 -H h1:2,h2:2 --launch-agent "$agent" "${mpi_env[@]}" "$backends_auto" mpi 2>&1)
+n=$(grep -c "auto_backend: PASS" <<<"$out")
+[ "$n" = 4 ] && ok "a named MPI group across 2 hosts" || bad "named MPI group across hosts" "$out"
+out=$("$accrun" -n 4 -H h1:2,h2:2 --launch-agent "$agent" "$backends_auto" store 2>&1)
+check "a store group across hosts is refused clearly" "the store backend spans one host so far; group rank [0-9] is on h[12]" "$out"
 
 # 4. mpi4py across 2 hosts.
 py=/usr/bin/python3
