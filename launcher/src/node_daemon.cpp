@@ -798,8 +798,17 @@ int Daemon::setup_and_spawn() {
   // The janitor first, then the directories it knows about.
   jobid_ = cfg_.jobid.empty() ? random_id() : cfg_.jobid;
   std::string uid = std::to_string(getuid());
-  rendezvous_ = cfg_.tmpdir + "/accrun." + uid + "." + jobid_;
-  shm_dir_ = cfg_.shm_root + "/accrun." + uid + "." + jobid_;
+  // Across hosts every agent shares the job id (one PMIx namespace); its
+  // directories add the host's index, so agents that share /tmp or /dev/shm
+  // (several simulated hosts on one machine) never collide.
+  std::string dir_id = jobid_;
+  if (cfg_.upstream) {
+    char node[16];
+    std::snprintf(node, sizeof node, "%06x", static_cast<unsigned>(cfg_.host));
+    dir_id += node;
+  }
+  rendezvous_ = cfg_.tmpdir + "/accrun." + uid + "." + dir_id;
+  shm_dir_ = cfg_.shm_root + "/accrun." + uid + "." + dir_id;
   // Directories of this user's jobs whose accrun and janitor both died (a
   // cgroup kill, the OOM killer) go now: nobody holds their owner lock.
   sweep_stale_job_dirs(cfg_.tmpdir, cfg_.shm_root);
@@ -810,6 +819,7 @@ int Daemon::setup_and_spawn() {
   }
   janitor_ = std::move(*jan);
   trace(t0_, "janitor started");
+  if (cfg_.upstream) cfg_.upstream->tick();  // a slow start is not a dead host
   for (const std::string& d : {rendezvous_, rendezvous_ + "/job", shm_dir_, shm_dir_ + "/ompi"}) {
     Status s = make_private_dir(d);
     if (!s) {
@@ -852,6 +862,7 @@ int Daemon::setup_and_spawn() {
     pmix_->set_directory_router(up->directory());
   }
   trace(t0_, "PMIx server initialised");
+  if (cfg_.upstream) cfg_.upstream->tick();  // a slow start is not a dead host
   PmixJob job;
   job.nspace = "accrun." + jobid_;
   job.jobid = job.nspace;
@@ -872,6 +883,7 @@ int Daemon::setup_and_spawn() {
   }
 
   trace(t0_, "namespace registered");
+  if (cfg_.upstream) cfg_.upstream->tick();  // a slow start is not a dead host
   // Count the host's processing units for OMPI_MCA_mpi_oversubscribe.
   bool oversubscribed = plan_.oversubscribed;
   if (!oversubscribed) {
@@ -1004,6 +1016,7 @@ int Daemon::setup_and_spawn() {
   }
 
   trace(t0_, "ranks prepared");
+  if (cfg_.upstream) cfg_.upstream->tick();  // a slow start is not a dead host
   std::vector<std::string> args_storage = cfg_.command;
   std::vector<char*> argv;
   for (auto& a : args_storage) argv.push_back(a.data());
@@ -1161,6 +1174,8 @@ int Daemon::loop() {
 
 void Daemon::finish() {
   trace(t0_, "ranks done");
+  // A beat before the slow part (the PMIx server's finalize on a loaded host).
+  if (cfg_.upstream && !upstream_gone_) cfg_.upstream->tick();
   for (auto& s : streams_) {
     if (s->fd >= 0) {
       // Whatever is already in the pipe still goes out.

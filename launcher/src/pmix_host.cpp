@@ -761,7 +761,7 @@ void PmixServer::do_unpublish(int rank, std::vector<std::string> keys, std::func
     // Only the publisher may take a key back.
     for (const auto& k : keys) {
       auto it = directory_.find(k);
-      if (it != directory_.end() && it->second.first != rank) {
+      if (it != directory_.end() && it->second.first != rank && !anyone_may_unpublish(k)) {
         reply(PMIX_ERR_NO_PERMISSIONS);
         return;
       }

@@ -114,6 +114,10 @@ class PmixServer {
   // this server's own (one host).
   using Found = DirectoryEntry;
   using DirectoryRouter = JobDirectory;
+  // Keys any rank may unpublish: the object store's (accrun_delete(3) lets
+  // any rank of the job delete an object).  Every other key only its
+  // publisher may take back.
+  static bool anyone_may_unpublish(const std::string& key) { return key.rfind("accrun.s/", 0) == 0; }
   void set_directory_router(DirectoryRouter* router) { directory_router_ = router; }
   static Result<std::string> pack_value(const pmix_value_t& value);
 

@@ -48,7 +48,8 @@ class JobDirectory {
   virtual void lookup(int rank, std::vector<std::string> keys, bool wait, size_t wait_count, double timeout_s,
                       std::function<void(int status, std::vector<DirectoryEntry> found)> done) = 0;
   // Removes `rank`'s keys (all of them when `keys` is empty); a key another
-  // rank published is refused.
+  // rank published is refused, except the object store's (any rank may
+  // delete an object).
   virtual void unpublish(int rank, std::vector<std::string> keys, std::function<void(int status)> done) = 0;
 };
 

@@ -270,6 +270,10 @@ class AgentUpstream final : public Upstream, public JobDirectory {
     return now - last_heard_ < kControllerSilence;
   }
   void heard() { last_heard_ = Clock::now(); }
+  void beat_now() {
+    last_beat_ = Clock::now();
+    send_frame(fd_, msg::kHeartbeat, "");
+  }
   wire::FrameDecoder& decoder() { return decoder_; }
 
  private:
@@ -409,6 +413,9 @@ int daemon_main(const Options&, char** envp) {
       if (f.type == msg::kShutdown) {
         running = false;
       } else if (f.type == msg::kLaunch && running) {
+        // Word at once that the launch arrived: from now on the controller
+        // expects a beat every second.
+        upstream.beat_now();
         auto job = msg::decode_launch(f.payload);
         if (!job) {
           say(me, "a launch the agent cannot read: " + job.status().message());

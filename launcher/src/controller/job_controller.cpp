@@ -23,6 +23,7 @@
 #include "accrun/node_daemon.hpp"
 #include "controller/agents.hpp"
 #include "controller/protocol.hpp"
+#include "pmix_host.hpp"
 #include "wire/codec.hpp"
 
 namespace accrun::launcher {
@@ -32,7 +33,10 @@ AgentsConfig agents_config(const Options& options, char** envp);  // detect_comm
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kHeartbeatLimit = std::chrono::seconds(3);
+constexpr auto kHeartbeatLimit = std::chrono::seconds(4);
+// Until an agent's first word after its launch (its PMIx server and ranks
+// starting, slow on a loaded host), silence is judged more leniently.
+constexpr auto kStartLimit = std::chrono::seconds(30);
 
 void say(const std::string& line) {
   std::string s = "accrun: " + line + "\n";
@@ -95,6 +99,7 @@ class Controller {
   std::vector<int> host_of_agent_;           // agent index -> plan host (-1: no ranks)
   std::vector<bool> done_;                   // agent reported kDone or was lost
   std::vector<Clock::time_point> last_seen_;
+  std::vector<bool> heard_since_launch_;       // its event loop runs: beats are due every second
   std::optional<int> exit_code_;
   bool terminating_ = false;
   int interrupts_ = 0;
@@ -211,7 +216,8 @@ void Controller::on_directory(int agent, const wire::Frame& f) {
       // Only the publisher may take a key back.
       for (const auto& k : *keys) {
         auto it = directory_.find(k);
-        if (it != directory_.end() && it->second.rank != me) return reply(msg::kUnpublishDone, PMIX_ERR_NO_PERMISSIONS);
+        if (it != directory_.end() && it->second.rank != me && !PmixServer::anyone_may_unpublish(k))
+          return reply(msg::kUnpublishDone, PMIX_ERR_NO_PERMISSIONS);
       }
       for (const auto& k : *keys) directory_.erase(k);
     }
@@ -325,6 +331,7 @@ int Controller::plan_and_launch() {
   cfg.jobid = job_id();
   done_.assign(entries_.size(), false);
   last_seen_.assign(entries_.size(), Clock::now());
+  heard_since_launch_.assign(entries_.size(), false);
   for (size_t a = 0; a < entries_.size(); ++a) {
     int h = host_of_agent_[a];
     if (h < 0) {
@@ -387,6 +394,7 @@ void Controller::on_lost(int agent, const std::string& why) {
 
 void Controller::on_frame(int agent, const wire::Frame& f) {
   last_seen_[static_cast<size_t>(agent)] = Clock::now();
+  heard_since_launch_[static_cast<size_t>(agent)] = true;
   wire::Reader r(f.payload);
   switch (f.type) {
     case msg::kOutput: {
@@ -506,7 +514,7 @@ int Controller::loop() {
         if (!done_[a]) agents_->send(static_cast<int>(a), msg::kHeartbeat, "");
     }
     for (size_t a = 0; a < done_.size(); ++a)
-      if (!done_[a] && now - last_seen_[a] > kHeartbeatLimit)
+      if (!done_[a] && now - last_seen_[a] > (heard_since_launch_[a] ? kHeartbeatLimit : kStartLimit))
         on_lost(static_cast<int>(a), "no word from its agent for " + std::to_string(kHeartbeatLimit.count()) +
                                          " s (the host or its network is down)");
     if (deadline_ && now >= *deadline_) {
