@@ -637,6 +637,11 @@ void Daemon::stdin_writable(StdinTarget& t) {
 }
 
 void Daemon::stdin_readable() {
+  // A chunk some rank has not taken yet must not be overwritten: a readiness
+  // already reported in this epoll round can arrive after the interest in
+  // stdin was dropped (that lost a whole chunk of forwarded input).
+  for (const auto& t : stdin_targets_)
+    if (t->fd >= 0 && t->offset < stdin_chunk_.size()) return;
   char buf[65536];
   ssize_t n = read(cfg_.in_fd, buf, sizeof buf);
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
@@ -1141,7 +1146,14 @@ int Daemon::loop() {
       } else if (tag == kTagStdin) {
         stdin_readable();
       } else if (tag & kTagTarget) {
-        stdin_writable(*stdin_targets_[tag & 0xffffffffu]);
+        // A rank that closed its stdin shows as an error on our end, even
+        // with no interest set: drop it, or the loop would spin on it.
+        StdinTarget& t = *stdin_targets_[tag & 0xffffffffu];
+        if (events[i].events & (EPOLLERR | EPOLLHUP)) {
+          close_target(t);
+        } else {
+          stdin_writable(t);
+        }
         update_stdin_interest();
       } else if (tag & kTagStream) {
         OutStream& s = *streams_[tag & 0xffffffffu];

@@ -102,6 +102,7 @@ class Controller {
   std::vector<bool> heard_since_launch_;       // its event loop runs: beats are due every second
   std::optional<int> exit_code_;
   bool terminating_ = false;
+  bool output_lost_[2] = {false, false};  // stdout, stderr could not be written
   int interrupts_ = 0;
   std::optional<Clock::time_point> deadline_;
   // Fences: per signature, rounds in order; each agent's k-th contribution
@@ -401,7 +402,20 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       auto stream = r.u8("output: stream");
       auto data = r.bytes_view("output: data");
       if (!stream || !data) return on_lost(agent, "sent malformed output");
-      write_all(*stream == 1 ? 1 : 2, data->data(), data->size());
+      if (output_lost_[*stream == 1 ? 0 : 1]) return;
+      if (!write_all(*stream == 1 ? 1 : 2, data->data(), data->size())) {
+        // As a shell pipeline ends when its reader goes away (accrun(1)
+        // OUTPUT): 141 for a reader that went away, else 1.
+        int err = errno;
+        output_lost_[*stream == 1 ? 0 : 1] = true;
+        say(std::string("cannot write the ranks' standard ") + (*stream == 1 ? "output" : "error") + ": " +
+            std::strerror(err) + "; ending the job on every host");
+        fail(err == EPIPE ? 141 : 1);
+        if (!terminating_) {
+          terminating_ = true;
+          signal_all(SIGTERM);
+        }
+      }
       return;
     }
     case msg::kRankFailed: {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -656,3 +657,51 @@ TEST(Launcher, OutputDirAndStdin) {
 }
 
 }  // namespace
+
+namespace {
+
+// Runs `cmd` with /bin/sh and returns its output; `cpu_s` gets the CPU time
+// of everything it waited for (accrun included).
+std::string shell_output(const std::string& cmd, double* cpu_s = nullptr) {
+  int p[2];
+  EXPECT_EQ(pipe(p), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(p[1], 1);
+    close(p[0]);
+    close(p[1]);
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(p[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(p[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(p[0]);
+  int status = 0;
+  struct rusage ru {};
+  wait4(pid, &status, 0, &ru);
+  if (cpu_s != nullptr)
+    *cpu_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+             static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  return out;
+}
+
+}  // namespace
+
+// Input that ends before the rank reads it arrives whole (a chunk used to be
+// overwritten by the next one: 84464 of 150000 bytes).
+TEST(Launcher, StdinArrivesWholeWhenTheWriterEndsFirst) {
+  std::string out = shell_output("head -c 150000 /dev/zero | " + std::string(ACCRUN_EXE) +
+                                 " -n 1 sh -c 'sleep 1; wc -c'");
+  EXPECT_EQ(out, "150000\n");
+}
+
+// A rank that closes its stdin while accrun has nothing to write costs
+// nothing (its pipe's error state used to wake the loop ~8,000 times a second).
+TEST(Launcher, ARankThatClosesItsStdinCostsNothing) {
+  double cpu = 0;
+  shell_output("sleep 3 | " + std::string(ACCRUN_EXE) + " -n 1 sh -c 'exec 0<&-; sleep 2'", &cpu);
+  EXPECT_LT(cpu, 0.5) << "CPU seconds used while the rank slept";
+}

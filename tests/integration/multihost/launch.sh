@@ -109,6 +109,12 @@ badlines=$(grep -cvE '^\[h[1-4]:([0-7])\] rank \1 line [0-9]+$' "$state/scratch/
   bad "flood: exit $rc, $total lines, $badlines bad" "$(grep -vE '^\[h[1-4]:([0-7])\] rank \1 line [0-9]+$' "$state/scratch/flood.out" | head -5)"
 rm -f "$state/scratch/flood.out"
 
+# 7b. A reader that goes away ends the job on every host (141), as in a pipeline.
+"$accrun" -n 4 -H h1:2,h2:2 --launch-agent "$agent" yes 2>"$state/scratch/pipe.err" | head -1 >/dev/null
+check "| head -1 ends the job with 141" "^141$" "${PIPESTATUS[0]}"
+check "and says why" "cannot write the ranks' standard output" "$(cat "$state/scratch/pipe.err")"
+nothing_left "| head -1" "yes"
+
 # 8. The job ends within 5 s, however it is ended.
 ends() {  # ends NAME SECONDS-BUDGET ACTION: starts a sleeping job, runs ACTION (with $job set), times the end
   local name=$1 budget=$2 action=$3
