@@ -15,8 +15,6 @@
 
 namespace accrun::launcher {
 
-namespace {
-
 Env environment_of(char** envp) {
   Env env;
   for (char** e = envp; e != nullptr && *e != nullptr; ++e) {
@@ -26,9 +24,7 @@ Env environment_of(char** envp) {
   return env;
 }
 
-// A TCP port that is free now, for MASTER_PORT (torch.distributed's store
-// binds it on rank 0's host).  0 if none could be found.
-int free_port() {
+int free_tcp_port() {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return 0;
   sockaddr_in a{};
@@ -44,8 +40,6 @@ int free_port() {
   return port;
 }
 
-}  // namespace
-
 int launch_main(const Options& options, char** envp) {
   if (options.command.empty()) {
     std::fputs("accrun: no program given (usage: accrun -n N program [args...]; see accrun --help)\n", stderr);
@@ -60,7 +54,7 @@ int launch_main(const Options& options, char** envp) {
     return run_cluster_job(options, envp);
   }
   const detect::HwlocPluginHold hwloc_plugins;  // detection and the PMIx server share one load
-  auto plan = build_plan(options, envp, free_port());
+  auto plan = build_plan(options, envp, free_tcp_port());
   if (!plan) {
     std::fprintf(stderr, "accrun: %s\n", plan.status().message().c_str());
     Code c = plan.status().code();

@@ -65,7 +65,9 @@ void say(int fd, const std::string& line) {
   write_all(fd, s.data(), s.size());
 }
 
-std::string random_id() {
+}  // namespace
+
+std::string new_job_id() {
   unsigned char b[6] = {};
   if (getrandom(b, sizeof b, 0) != static_cast<ssize_t>(sizeof b)) {
     uint64_t t = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^ static_cast<uint64_t>(getpid());
@@ -75,6 +77,8 @@ std::string random_id() {
   for (int i = 0; i < 6; ++i) std::snprintf(out + 2 * i, 3, "%02x", b[i]);
   return out;
 }
+
+namespace {
 
 std::string rank_ranges(const std::vector<int>& ranks) {
   std::string out;
@@ -801,7 +805,7 @@ int Daemon::setup_and_spawn() {
   }
 
   // The janitor first, then the directories it knows about.
-  jobid_ = cfg_.jobid.empty() ? random_id() : cfg_.jobid;
+  jobid_ = cfg_.jobid.empty() ? new_job_id() : cfg_.jobid;
   std::string uid = std::to_string(getuid());
   // Across hosts every agent shares the job id (one PMIx namespace); its
   // directories add the host's index, so agents that share /tmp or /dev/shm

@@ -18,6 +18,11 @@ int detect_main(const Options& options, char** envp);
 int dry_run_main(const Options& options, char** envp);
 // accrun -n N program ...: plan, spawn, wait        (launcher/src/launch.cpp)
 int launch_main(const Options& options, char** envp);
+// The environment in `envp` as a map.  Pure.
+Env environment_of(char** envp);
+// A TCP port free on this host now (for MASTER_PORT); 0 if none.
+int free_tcp_port();
+
 // accrun --daemon: the node agent, started by accrun (launcher/src/agent/agent_main.cpp)
 int daemon_main(const Options& options, char** envp);
 

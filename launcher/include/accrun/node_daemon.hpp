@@ -108,6 +108,10 @@ struct RunConfig {
 // variables of an enclosing launcher (PMIX_*, OMPI_*, SLURM_STEP_*).
 Env filter_inherited(const Env& inherited);
 
+// A fresh job id: 12 hex digits from getrandom (the PMIx namespace is
+// "accrun.<id>"; job directories are named after it).  Thread-safe.
+std::string new_job_id();
+
 // Runs this host's ranks of `plan` to completion and returns accrun's exit
 // status (DESIGN.md §9: 0; the first failing rank's status; 124 on
 // --timeout; 126/127 when the program cannot be executed; 130 after Ctrl-C).

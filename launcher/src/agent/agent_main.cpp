@@ -29,6 +29,7 @@
 #include "accrun/hostfile.hpp"
 #include "accrun/node_daemon.hpp"
 #include "controller/launch_agent.hpp"
+#include "iof.hpp"
 #include "controller/protocol.hpp"
 #include "wire/auth.hpp"
 #include "wire/codec.hpp"
@@ -99,44 +100,7 @@ Result<int> connect_controller(const AgentLaunch& launch, const wire::Secret& se
 // the controller reaches the ranks through their output pipes).
 bool send_frame(int fd, uint16_t type, std::string_view payload) {
   std::string f = wire::encode_frame(type, payload);
-  size_t off = 0;
-  while (off < f.size()) {
-    ssize_t w = send(fd, f.data() + off, f.size() - off, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno == EAGAIN) {
-      pollfd p{fd, POLLOUT, 0};
-      poll(&p, 1, 1000);
-      continue;
-    }
-    if (w <= 0) return false;
-    off += static_cast<size_t>(w);
-  }
-  return true;
-}
-
-// A TCP port free on this host now, for MASTER_PORT (rank 0's agent
-// chooses it on rank 0's host); 0 if none.
-uint16_t free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  socklen_t len = sizeof a;
-  uint16_t port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
-
-Env environment_of(char** envp) {
-  Env env;
-  for (char** e = envp; e != nullptr && *e != nullptr; ++e) {
-    const char* eq = std::strchr(*e, '=');
-    if (eq != nullptr) env.emplace(std::string(*e, static_cast<size_t>(eq - *e)), eq + 1);
-  }
-  return env;
+  return write_all(fd, f.data(), f.size());
 }
 
 // The daemon's link to the controller while this host's ranks run.
@@ -362,7 +326,7 @@ int daemon_main(const Options&, char** envp) {
   hello.str(self);
   hello.boolean(detected);
   hello.str(inventory);
-  hello.u16(free_port());
+  hello.u16(static_cast<uint16_t>(free_tcp_port()));
   if (!send_frame(*fd, msg::kHello, hello.data())) {
     say(me, "lost the controller's connection");
     return 1;

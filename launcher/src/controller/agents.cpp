@@ -15,6 +15,7 @@
 
 #include "accrun/log.hpp"
 #include "controller/protocol.hpp"
+#include "iof.hpp"
 #include "peer_guard.hpp"
 #include "wire/auth.hpp"
 #include "wire/codec.hpp"
@@ -33,22 +34,6 @@ std::string describe_status(int st) {
   if (WIFEXITED(st)) return "exited with status " + std::to_string(WEXITSTATUS(st));
   if (WIFSIGNALED(st)) return std::string("was killed by SIG") + (sigabbrev_np(WTERMSIG(st)) ? sigabbrev_np(WTERMSIG(st)) : "?");
   return "ended";
-}
-
-bool write_all_fd(int fd, const std::string& data) {
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t w = send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno == EAGAIN) {
-      pollfd p{fd, POLLOUT, 0};
-      poll(&p, 1, 1000);
-      continue;
-    }
-    if (w <= 0) return false;
-    off += static_cast<size_t>(w);
-  }
-  return true;
 }
 
 }  // namespace
@@ -174,7 +159,8 @@ int AgentSet::agent_fd(int index) const {
 
 bool AgentSet::send(int index, uint16_t type, const std::string& payload) {
   int fd = agent_fd(index);
-  return fd >= 0 && write_all_fd(fd, wire::encode_frame(type, payload));
+  std::string f = wire::encode_frame(type, payload);
+  return fd >= 0 && write_all(fd, f.data(), f.size());
 }
 
 Result<std::vector<wire::Frame>> AgentSet::receive(int index) {
@@ -211,7 +197,7 @@ void AgentSet::accept_from(int listener) {
     if (fd < 0) return;
     auto p = std::make_unique<Pending>(fd, peer_owner(fd).peer, *secret_);
     std::string hello = p->handshake.start();
-    if (!write_all_fd(fd, hello)) {
+    if (!write_all(fd, hello.data(), hello.size())) {
       close(fd);
       continue;
     }
@@ -226,7 +212,7 @@ Status AgentSet::on_readable_pending(Pending& p) {
   if (n <= 0) return remote_error("closed during the handshake");
   auto step = p.handshake.feed(buf, static_cast<size_t>(n));
   if (!step) return step.status();
-  if (!step->send.empty() && !write_all_fd(p.fd, step->send)) return remote_error("closed during the handshake");
+  if (!step->send.empty() && !write_all(p.fd, step->send.data(), step->send.size())) return remote_error("closed during the handshake");
   if (!step->done) return Status();
   auto agent = std::make_unique<Agent>();
   agent->fd = p.fd;
@@ -390,7 +376,7 @@ Status AgentSet::wait_for_hellos() {
 void AgentSet::shutdown() {
   std::string bye = wire::encode_frame(msg::kShutdown, "");
   for (auto& a : agents_)
-    if (a && a->fd >= 0) write_all_fd(a->fd, bye);
+    if (a && a->fd >= 0) write_all(a->fd, bye.data(), bye.size());
   for (auto& a : agents_)
     if (a && a->fd >= 0) {
       close(a->fd);

@@ -23,6 +23,7 @@
 #include "accrun/node_daemon.hpp"
 #include "controller/agents.hpp"
 #include "controller/protocol.hpp"
+#include "iof.hpp"
 #include "pmix_host.hpp"
 #include "wire/codec.hpp"
 
@@ -41,33 +42,6 @@ constexpr auto kStartLimit = std::chrono::seconds(30);
 void say(const std::string& line) {
   std::string s = "accrun: " + line + "\n";
   [[maybe_unused]] ssize_t w = write(2, s.data(), s.size());
-}
-
-std::string job_id() {
-  unsigned char b[6] = {};
-  if (getrandom(b, sizeof b, 0) != static_cast<ssize_t>(sizeof b)) {
-    auto t = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^ static_cast<uint64_t>(getpid());
-    std::memcpy(b, &t, sizeof b);
-  }
-  char out[13];
-  for (int i = 0; i < 6; ++i) std::snprintf(out + 2 * i, 3, "%02x", b[i]);
-  return out;
-}
-
-bool write_all(int fd, const char* data, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(fd, data, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno == EAGAIN) {
-      pollfd p{fd, POLLOUT, 0};
-      poll(&p, 1, 1000);
-      continue;
-    }
-    if (w <= 0) return false;
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
 }
 
 Result<std::vector<hostfiles::HostEntry>> entries_of(const Options& options) {
@@ -329,7 +303,7 @@ int Controller::plan_and_launch() {
   }
   cfg.bind = !options_.topology;
   // One job id, so one PMIx namespace, on every host.
-  cfg.jobid = job_id();
+  cfg.jobid = new_job_id();
   done_.assign(entries_.size(), false);
   last_seen_.assign(entries_.size(), Clock::now());
   heard_since_launch_.assign(entries_.size(), false);
