@@ -181,6 +181,16 @@ Result<std::vector<wire::Frame>> AgentSet::receive(int index) {
   return frames;
 }
 
+void AgentSet::abandon(int index) {
+  close_agent(index);
+  for (auto& l : launches_) {
+    if (l.index != index || l.exited) continue;
+    kill(-l.pid, SIGKILL);
+    waitpid(l.pid, nullptr, 0);
+    l.exited = true;
+  }
+}
+
 void AgentSet::close_agent(int index) {
   auto& a = agents_[static_cast<size_t>(index)];
   if (a && a->fd >= 0) {

@@ -73,6 +73,9 @@ class AgentSet {
   bool send(int index, uint16_t type, const std::string& payload);
   Result<std::vector<wire::Frame>> receive(int index);
   void close_agent(int index);
+  // Agent `index` is lost: its connection closes and, if this process
+  // started it, its launch agent (ssh waiting on a dead link) is killed now.
+  void abandon(int index);
 
  private:
   struct Pending;

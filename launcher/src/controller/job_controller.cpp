@@ -34,7 +34,7 @@ AgentsConfig agents_config(const Options& options, char** envp);  // detect_comm
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kHeartbeatLimit = std::chrono::seconds(4);
+constexpr auto kHeartbeatLimit = std::chrono::seconds(3);
 // Until an agent's first word after its launch (its PMIx server and ranks
 // starting, slow on a loaded host), silence is judged more leniently.
 constexpr auto kStartLimit = std::chrono::seconds(30);
@@ -358,7 +358,7 @@ void Controller::fail(int status) {
 void Controller::on_lost(int agent, const std::string& why) {
   if (done_[static_cast<size_t>(agent)]) return;
   done_[static_cast<size_t>(agent)] = true;
-  agents_->close_agent(agent);
+  agents_->abandon(agent);
   if (!terminating_) {
     say("host " + entries_[static_cast<size_t>(agent)].name + ": " + why + "; its ranks are lost, terminating the others");
     fail(1);
