@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "accrun/commands.hpp"
+#include "controller/job_controller.hpp"
 
 namespace accrun::launcher {
 
@@ -23,6 +24,12 @@ int dry_run_main(const Options& options, char** envp) {
     std::perror("accrun: writing the plan");
     return 1;
   }
+  // A launch plans other hosts from what their agents detect; a dry run
+  // starts no agent and plans them from the hostfile's declarations.
+  if ((options.hostfile || options.host_list) && names_other_hosts(options, envp))
+    std::fputs("accrun: --dry-run: hosts other than this one are planned from their declarations (no agent was "
+               "started; a launch plans them from what each host's agent detects)\n",
+               stderr);
 #if !defined(__SANITIZE_ADDRESS__)
   // A plan of 80,000 ranks holds millions of small allocations, and freeing
   // them costs as much as planning did.  The process ends right after this,

@@ -50,7 +50,10 @@ Env filter_inherited(const Env& inherited) {
 
 namespace {
 
-constexpr int kSignals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+constexpr int kSignals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT};
+
+// Signals passed on to the ranks as they came, without ending the job.
+bool passed_through(int sig) { return sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGTSTP || sig == SIGCONT; }
 
 // Debug trace of the launch phases (ACCRUN_LOG=debug), in ms since start.
 void trace(Clock::time_point t0, const char* what) {
@@ -275,7 +278,7 @@ __attribute__((noinline)) pid_t spawn_child(const char* path, char* const* argv,
   // Default dispositions for what accrun forwards or ignores: a shell that
   // started accrun in the background leaves SIGINT ignored, and an ignored
   // signal stays ignored across execve (ranks would not see Ctrl-C).
-  for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGUSR2}) signal(s, SIG_DFL);
+  for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP}) signal(s, SIG_DFL);
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // accrun died before the line above
@@ -466,7 +469,7 @@ void Daemon::upstream_lost() {
 }
 
 void Daemon::terminate(int sig) {
-  if (sig != SIGUSR1 && sig != SIGUSR2) policy_pending_ = false;
+  if (!passed_through(sig)) policy_pending_ = false;
   terminate_all(sig);
 }
 
@@ -482,7 +485,7 @@ void Daemon::apply_policy() {
 }
 
 void Daemon::terminate_all(int sig) {
-  if (sig != SIGUSR1 && sig != SIGUSR2) {
+  if (!passed_through(sig)) {
     terminating_ = true;
     if (sig != SIGKILL && !kill_deadline_)
       kill_deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(cfg_.kill_grace_s * 1000));
@@ -531,8 +534,15 @@ void Daemon::handle_signal(const signalfd_siginfo& si) {
     reap();
     return;
   }
-  if (sig == SIGUSR1 || sig == SIGUSR2) {
+  if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) {
     terminate_all(sig);
+    return;
+  }
+  if (sig == SIGTSTP) {
+    // Ctrl-Z: the ranks stop, then accrun itself, so the shell gets the
+    // terminal back; fg (SIGCONT to accrun) resumes them all.
+    terminate_all(SIGTSTP);
+    if (!cfg_.upstream) kill(getpid(), SIGSTOP);
     return;
   }
   ++interrupts_;

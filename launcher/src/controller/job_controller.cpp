@@ -450,7 +450,7 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
 int Controller::loop() {
   sigset_t mask, old;
   sigemptyset(&mask);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&mask, s);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT}) sigaddset(&mask, s);
   sigprocmask(SIG_BLOCK, &mask, &old);
   int sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   std::optional<Clock::time_point> kill_at;
@@ -473,8 +473,12 @@ int Controller::loop() {
       signalfd_siginfo si;
       while (read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
         int sig = static_cast<int>(si.ssi_signo);
-        if (sig == SIGUSR1 || sig == SIGUSR2) {
+        if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) {
           signal_all(sig);
+        } else if (sig == SIGTSTP) {
+          // Ctrl-Z: every host's ranks stop, then accrun (fg resumes all).
+          signal_all(SIGTSTP);
+          kill(getpid(), SIGSTOP);
         } else if (++interrupts_ == 1) {
           say(std::string("received ") + sigabbrev_np(sig) + ", forwarding it to the ranks on every host (again to kill them)");
           fail(128 + sig);

@@ -705,3 +705,62 @@ TEST(Launcher, ARankThatClosesItsStdinCostsNothing) {
   shell_output("sleep 3 | " + std::string(ACCRUN_EXE) + " -n 1 sh -c 'exec 0<&-; sleep 2'", &cpu);
   EXPECT_LT(cpu, 0.5) << "CPU seconds used while the rank slept";
 }
+
+namespace {
+
+// The state letter of /proc/PID/stat ('S', 'T', ...), or '?' once gone.
+char proc_state(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return '?';
+  size_t close_paren = line.rfind(')');
+  return close_paren != std::string::npos && close_paren + 2 < line.size() ? line[close_paren + 2] : '?';
+}
+
+bool wait_state(pid_t pid, char want) {
+  for (int i = 0; i < 200; ++i) {
+    if (proc_state(pid) == want) return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+}  // namespace
+
+// Ctrl-Z stops the ranks and then accrun; fg (SIGCONT to accrun) resumes
+// them all, as a shell job would.
+TEST(Launcher, SigtstpStopsTheRanksAndSigcontResumesThem) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    execl(ACCRUN_EXE, ACCRUN_EXE, "-n", "2", "--timeout", "30", "sleep", "20", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // The ranks: accrun's children that run sleep.
+  std::vector<pid_t> ranks;
+  for (int i = 0; i < 300 && ranks.size() < 2; ++i) {
+    ranks.clear();
+    std::ifstream f("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+    pid_t c;
+    while (f >> c) {
+      std::ifstream comm("/proc/" + std::to_string(c) + "/comm");
+      std::string name;
+      comm >> name;
+      if (name == "sleep") ranks.push_back(c);
+    }
+    usleep(10000);
+  }
+  ASSERT_EQ(ranks.size(), 2U);
+  kill(pid, SIGTSTP);
+  EXPECT_TRUE(wait_state(pid, 'T')) << "accrun did not stop";
+  for (pid_t r : ranks) EXPECT_TRUE(wait_state(r, 'T')) << "rank " << r << " did not stop";
+  kill(pid, SIGCONT);
+  for (pid_t r : ranks) EXPECT_TRUE(wait_state(r, 'S')) << "rank " << r << " did not resume";
+  EXPECT_TRUE(wait_state(pid, 'S')) << "accrun did not resume";
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 143) << status;
+}

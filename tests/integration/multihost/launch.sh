@@ -133,6 +133,21 @@ ends() {  # ends NAME SECONDS-BUDGET ACTION: starts a sleeping job, runs ACTION 
   if awk -v t="$took" -v b="$budget" 'BEGIN{exit !(t <= b)}'; then ok "$name: ended in $took s (exit $rc)"; else bad "$name: took $took s" "$(cat "$state/scratch/end.out")"; fi
   nothing_left "$name" "sleep 60"
 }
+# Ctrl-Z stops every host's ranks and accrun; fg resumes them all.
+states() { "$tb" hx h4 sh -c 'for p in $(pgrep -x sleep); do cut -d" " -f3 /proc/$p/stat; done' | sort -u | tr -d '\n'; }
+"$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" sleep 60 >"$state/scratch/stop.out" 2>&1 &
+job=$!
+for _ in $(seq 100); do [ "$("$tb" hx h4 pgrep -c -x sleep)" = 2 ] && break; sleep 0.05; done
+kill -TSTP $job
+for _ in $(seq 40); do [ "$(states)" = T ] && break; sleep 0.05; done
+check "SIGTSTP stops the ranks on h4" "^T$" "$(states)"
+check "and accrun" "^T$" "$(cut -d' ' -f3 /proc/$job/stat)"
+kill -CONT $job
+for _ in $(seq 40); do [ "$(states)" = S ] && break; sleep 0.05; done
+check "SIGCONT resumes them" "^S$" "$(states)"
+kill -INT $job
+wait $job 2>/dev/null
+nothing_left "after Ctrl-Z, fg, Ctrl-C" "sleep 60"
 ends "Ctrl-C" 5 'kill -INT $job'
 check "Ctrl-C exit 130" "^130$" "$rc"
 ends "kill -9 of the controller" 5 'kill -9 $job'
