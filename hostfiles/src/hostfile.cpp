@@ -435,6 +435,63 @@ Result<std::vector<std::string>> expand_hostnames(std::string_view expr) {
   return names;
 }
 
+Result<std::vector<std::string>> expand_node_list(std::string_view list) {
+  std::vector<std::string> out;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= list.size(); ++i) {
+    char c = i < list.size() ? list[i] : ',';
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (c != ',' || depth > 0) continue;
+    std::string_view part = list.substr(start, i - start);
+    start = i + 1;
+    if (part.empty()) return invalid_argument("node list '" + printable(list) + "': an empty entry");
+    auto names = expand_hostnames(part);
+    if (!names) return names.status().with_context("node list '" + printable(list) + "'");
+    if (out.size() + names->size() > kMaxHosts)
+      return invalid_argument("node list '" + printable(list) + "': more than " + std::to_string(kMaxHosts) + " hosts");
+    out.insert(out.end(), names->begin(), names->end());
+  }
+  if (depth != 0) return invalid_argument("node list '" + printable(list) + "': unbalanced brackets");
+  return out;
+}
+
+Result<std::vector<int>> parse_counts_per_node(std::string_view text) {
+  std::vector<int> out;
+  auto bad = [&](const std::string& why) {
+    return invalid_argument("'" + printable(text) + "': " + why + " (Slurm's form is COUNT or COUNT(xREPEAT), comma-separated, e.g. 2(x3),1)");
+  };
+  auto whole = [](std::string_view s, long* v) {
+    if (s.empty() || s.size() > 7 || s.find_first_not_of("0123456789") != std::string_view::npos) return false;
+    *v = std::stol(std::string(s));
+    return *v >= 1;
+  };
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string_view::npos) comma = text.size();
+    std::string_view item = text.substr(pos, comma - pos);
+    long count = 0, repeat = 1;
+    size_t paren = item.find('(');
+    if (paren == std::string_view::npos) {
+      if (!whole(item, &count)) return bad("'" + std::string(item) + "' is not a count of at least 1");
+    } else {
+      if (!whole(item.substr(0, paren), &count)) return bad("'" + std::string(item) + "' has no count of at least 1");
+      std::string_view rest = item.substr(paren);
+      if (rest.size() < 4 || rest.substr(0, 2) != "(x" || rest.back() != ')' ||
+          !whole(rest.substr(2, rest.size() - 3), &repeat))
+        return bad("'" + std::string(item) + "' is not COUNT(xREPEAT)");
+    }
+    if (out.size() + static_cast<size_t>(repeat) > kMaxHosts)
+      return bad("more than " + std::to_string(kMaxHosts) + " nodes");
+    out.insert(out.end(), static_cast<size_t>(repeat), static_cast<int>(count));
+    pos = comma + 1;
+    if (comma == text.size()) break;
+  }
+  return out;
+}
+
 std::string printable(std::string_view text) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;

@@ -7,6 +7,7 @@
 
 #include "accrun/commands.hpp"
 #include "accrun/options.hpp"
+#include "controller/slurm.hpp"
 #include "version.hpp"
 
 extern char** environ;
@@ -50,6 +51,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (opts->daemon) return daemon_main(*opts, environ);
+  // Inside a Slurm allocation the allocation is the host list.
+  if (accrun::Status s = apply_slurm_allocation(*opts, environ); !s) {
+    std::fprintf(stderr, "accrun: %s\n", s.message().c_str());
+    return 2;
+  }
   if (opts->detect) return detect_main(*opts, environ);
   if (opts->dry_run) return dry_run_main(*opts, environ);
   return launch_main(*opts, environ);

@@ -39,10 +39,31 @@ namespace accrun::launcher {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+// Variables that describe one Slurm step's task (an agent started by srun
+// is task 0 of a step of one); a rank that saw them would take itself for
+// that task.  The job's own (SLURM_JOB_ID, SLURM_JOB_NODELIST, ...) stay.
+bool slurm_task_variable(const std::string& k) {
+  if (k.rfind("SLURM_", 0) != 0) return false;
+  if (k.rfind("SLURM_STEP_", 0) == 0 || k.rfind("SLURM_SRUN_COMM_", 0) == 0 || k.rfind("SLURM_CPU_BIND", 0) == 0)
+    return true;
+  static const char* const kTask[] = {"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_TASK_PID",
+                                      "SLURM_GTIDS", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE",
+                                      "SLURM_STEPID", "SLURM_DISTRIBUTION", "SLURM_LAUNCH_NODE_IPADDR",
+                                      "SLURM_PRIO_PROCESS", "SLURM_UMASK", "SLURM_NNODES", "SLURM_NODELIST",
+                                      "SLURM_STEP_NUM_TASKS", "SLURM_CPUS_ON_NODE"};
+  for (const char* t : kTask)
+    if (k == t) return true;
+  return false;
+}
+
+}  // namespace
+
 Env filter_inherited(const Env& inherited) {
   Env out;
   for (const auto& [k, v] : inherited) {
-    if (k.rfind("PMIX_", 0) == 0 || k.rfind("OMPI_", 0) == 0 || k.rfind("SLURM_STEP_", 0) == 0) continue;
+    if (k.rfind("PMIX_", 0) == 0 || k.rfind("OMPI_", 0) == 0 || slurm_task_variable(k)) continue;
     out[k] = v;
   }
   return out;

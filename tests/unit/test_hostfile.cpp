@@ -420,3 +420,61 @@ TEST(HostfileInput, MessagesNeverCarryRawControlBytes) {
 
 }  // namespace
 }  // namespace accrun::hostfiles
+
+// Slurm node lists (SLURM_JOB_NODELIST), as Slurm's documentation writes them.
+struct NodeListCase {
+  const char* list;
+  std::vector<std::string> expect;
+};
+
+TEST(SlurmNodeList, ExpandsSlurmsForms) {
+  const NodeListCase cases[] = {
+      {"tux0", {"tux0"}},
+      {"tux0,tux1", {"tux0", "tux1"}},
+      {"tux[0-3]", {"tux0", "tux1", "tux2", "tux3"}},
+      {"tux[1,3-5]", {"tux1", "tux3", "tux4", "tux5"}},
+      {"lx[10-12]", {"lx10", "lx11", "lx12"}},
+      {"node[001-003]", {"node001", "node002", "node003"}},
+      {"node[09-11]", {"node09", "node10", "node11"}},
+      {"gpu[01-02,07]", {"gpu01", "gpu02", "gpu07"}},
+      {"gpu[01-02,07],cpu-a", {"gpu01", "gpu02", "gpu07", "cpu-a"}},
+      {"rack[1-2]-n[1-2]", {"rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"}},
+      {"a[1-2]b", {"a1b", "a2b"}},
+      {"h1,h2,h3,h4", {"h1", "h2", "h3", "h4"}},
+      {"linux[0-1,128]", {"linux0", "linux1", "linux128"}},
+      {"n[8-10]x1", {"n8x1", "n9x1", "n10x1"}},
+      {"c[1-2],d[3-4]", {"c1", "c2", "d3", "d4"}},
+      {"node-[1-2].cluster", {"node-1.cluster", "node-2.cluster"}},
+      {"x[0-0]", {"x0"}},
+      {"tux[5]", {"tux5"}},
+  };
+  for (const auto& c : cases) {
+    auto got = accrun::hostfiles::expand_node_list(c.list);
+    ASSERT_TRUE(got) << c.list << ": " << got.status().message();
+    EXPECT_EQ(*got, c.expect) << c.list;
+  }
+}
+
+TEST(SlurmNodeList, BadListsNameTheText) {
+  for (const char* bad : {"tux[1-", "tux[3-1]", "a,,b", "tux[x-y]", "[", "tux]1["}) {
+    auto got = accrun::hostfiles::expand_node_list(bad);
+    ASSERT_FALSE(got) << bad;
+    EXPECT_NE(got.status().message().find("node list"), std::string::npos) << got.status().message();
+  }
+}
+
+TEST(SlurmCounts, TasksPerNodeForms) {
+  using V = std::vector<int>;
+  EXPECT_EQ(*accrun::hostfiles::parse_counts_per_node("2"), V({2}));
+  EXPECT_EQ(*accrun::hostfiles::parse_counts_per_node("2(x3),1"), V({2, 2, 2, 1}));
+  EXPECT_EQ(*accrun::hostfiles::parse_counts_per_node("4,2(x2)"), V({4, 2, 2}));
+  EXPECT_EQ(*accrun::hostfiles::parse_counts_per_node("1(x1)"), V({1}));
+  EXPECT_EQ(*accrun::hostfiles::parse_counts_per_node("16(x2),8,1(x2)"), V({16, 16, 8, 1, 1}));
+  for (const char* bad : {"", "0", "2(x0)", "2(3)", "2(x3", "a", "2,,1", "-1"}) {
+    auto got = accrun::hostfiles::parse_counts_per_node(bad);
+    EXPECT_FALSE(got) << "'" << bad << "'";
+    if (!got) {
+      EXPECT_NE(got.status().message().find("COUNT(xREPEAT)"), std::string::npos) << got.status().message();
+    }
+  }
+}

@@ -60,6 +60,15 @@ Result<std::vector<HostEntry>> parse_host_list(std::string_view list);
 // of 1 to kMaxHostLabelLength characters that neither start nor end with '-'.
 // Pure; thread-safe.
 Result<std::vector<std::string>> expand_hostnames(std::string_view expr);
+// Expands a Slurm node list: expressions separated by commas outside
+// brackets ("gpu[01-04,07],cpu-a,rack[1-2]-n[1-3]"), in order.  A bad
+// expression is an invalid-argument Status naming it.  Pure; thread-safe.
+Result<std::vector<std::string>> expand_node_list(std::string_view list);
+// Parses Slurm's per-node counts (SLURM_TASKS_PER_NODE,
+// SLURM_JOB_CPUS_PER_NODE): "2(x3),1" is 2, 2, 2, 1.  Counts are whole
+// numbers of at least 1; repeats at least 1; the total is bounded by
+// kMaxHosts entries.  Pure; thread-safe.
+Result<std::vector<int>> parse_counts_per_node(std::string_view text);
 // `text` made safe to print inside a message: control bytes, DEL and bytes
 // that are not part of valid UTF-8 are written \xNN, a backslash \\.
 // Pure; thread-safe.

@@ -1,0 +1,76 @@
+// slurm.cpp — the Slurm allocation as accrun's hosts (slurm.hpp).
+#include "controller/slurm.hpp"
+
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "accrun/commands.hpp"
+#include "accrun/hostfile.hpp"
+#include "controller/launch_agent.hpp"
+
+namespace accrun::launcher {
+
+namespace {
+
+const char* lookup(char** envp, const char* name) {
+  size_t n = std::strlen(name);
+  for (char** e = envp; e != nullptr && *e != nullptr; ++e)
+    if (std::strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
+  return nullptr;
+}
+
+std::string short_name(const std::string& s) { return s.substr(0, s.find('.')); }
+
+}  // namespace
+
+Status apply_slurm_allocation(Options& options, char** envp) {
+  const char* job = lookup(envp, "SLURM_JOB_ID");
+  const char* list = lookup(envp, "SLURM_JOB_NODELIST");
+  if (job == nullptr || list == nullptr || *list == '\0') return Status();
+  auto nodes = hostfiles::expand_node_list(list);
+  if (!nodes) return nodes.status().with_context("SLURM_JOB_NODELIST");
+  if (options.hostfile || options.host_list) {
+    // Only what Slurm gave this job.
+    std::set<std::string> allocated;
+    for (const auto& n : *nodes) allocated.insert(short_name(n));
+    auto entries = options.hostfile ? hostfiles::read_hostfile(*options.hostfile)
+                                    : hostfiles::parse_host_list(*options.host_list);
+    if (!entries) return Status();  // the planner reports it
+    std::string others;
+    for (const auto& e : *entries)
+      if (!names_this_host(e.name, "localhost") && !allocated.count(short_name(e.name)))
+        others += (others.empty() ? "" : ", ") + e.name + " (" + e.origin + ")";
+    if (!others.empty())
+      return invalid_argument("inside Slurm job " + std::string(job) + ", these hosts are not allocated to it: " +
+                              others + "; the allocation has " + list);
+    return Status();
+  }
+  // Slots: the tasks Slurm laid out when the allocation asked for a task
+  // count (salloc -n), else the CPUs each node gave the job (salloc -N 4
+  // then accrun -n 8 fills them, as srun -n 8 would).
+  const char* per_node = lookup(envp, "SLURM_NTASKS") != nullptr ? lookup(envp, "SLURM_TASKS_PER_NODE") : nullptr;
+  if (per_node == nullptr) per_node = lookup(envp, "SLURM_JOB_CPUS_PER_NODE");
+  if (per_node == nullptr) per_node = lookup(envp, "SLURM_TASKS_PER_NODE");
+  std::vector<int> slots(nodes->size(), 1);
+  if (per_node != nullptr) {
+    auto counts = hostfiles::parse_counts_per_node(per_node);
+    if (!counts) return counts.status().with_context("SLURM_TASKS_PER_NODE");
+    if (counts->size() != nodes->size())
+      return invalid_argument("SLURM_TASKS_PER_NODE '" + std::string(per_node) + "' gives " +
+                              std::to_string(counts->size()) + " counts for the " + std::to_string(nodes->size()) +
+                              " nodes of SLURM_JOB_NODELIST '" + list + "'");
+    slots = *counts;
+  }
+  std::string hosts;
+  for (size_t i = 0; i < nodes->size(); ++i)
+    hosts += (i ? "," : "") + (*nodes)[i] + ":" + std::to_string(slots[i]);
+  options.host_list = hosts;
+  if (!options.np) {
+    if (const char* n = lookup(envp, "SLURM_NTASKS"); n != nullptr && std::atoi(n) > 0) options.np = std::atoi(n);
+  }
+  if (options.launch_agent == kDefaultLaunchAgent) options.launch_agent = kSrunLaunchAgent;
+  return Status();
+}
+
+}  // namespace accrun::launcher

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# accrun inside a Slurm allocation on the test bed's Slurm cluster (accrun(1)
+# "SLURM"): salloc -N 4 accrun -n 8 of an Open MPI program (agents started by
+# srun, the allocation as the host list), accrun --detect of every node, an
+# sbatch script's exit status, and scancel ending everything within 5 s.
+# usage: slurm.sh SOURCE_DIR ACCRUN MPI_HELLO
+set -uo pipefail
+src=$1
+accrun=$2
+mpi_hello=$3
+. "$src/tests/testbed/env.sh" || exit $?
+[ "${ACCRUN_TESTBED_SLURM:-0}" = 1 ] || { echo "Slurm is not up on the test bed (slurm-wlm and munge missing?)"; exit 77; }
+tb=$ACCRUN_TESTBED
+state=$ACCRUN_TESTBED_STATE
+mpi_env=(-x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM -x OMPI_MCA_hwloc_base_binding_policy)
+fail=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; [ $# -gt 1 ] && echo "$2" | head -30; fail=1; }
+check() { if grep -Eq -- "$2" <<<"$3"; then ok "$1"; else bad "$1: expected /$2/ in:" "$3"; fi; }
+nothing_left() {
+  local h left i
+  for i in $(seq 50); do
+    left=""
+    for h in h1 h2 h3 h4; do
+      left+=$("$tb" hx "$h" sh -c 'pgrep -f -- "$1" | grep -vx "$$" | sed "s/^/$2:/"; ls -d /tmp/accrun.* /dev/shm/accrun.* 2>/dev/null | sed "s/^/$2:/"' sh "$2" "$h")
+    done
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
+  if [ -z "$left" ]; then ok "$1: nothing left on any node"; else bad "$1: left behind" "$left"; fi
+}
+
+# (the test bed's nodes have one CPU each: -n 8 -O lays out 2 tasks a node)
+out=$(salloc -N 4 -n 8 -O --quiet "$accrun" --tag-output "${mpi_env[@]}" "$mpi_hello" 2>&1)
+check "salloc -N 4 -n 8 accrun (-n from SLURM_NTASKS): exit 0" "^0$" "$?"
+n=$(grep -cE "^\[h[1-4]:[0-7]\] rank=[0-7] size=8 shared=2 sum=36 expect=36$" <<<"$out")
+[ "$n" = 8 ] && ok "8 ranks on the 4 allocated nodes, by direct launch" || bad "Open MPI inside salloc" "$out"
+for h in h1 h2 h3 h4; do check "ranks on $h" "^\[$h:" "$out"; done
+
+out=$(salloc -N 4 --quiet "$accrun" -n 8 /bin/true 2>&1)
+check "more ranks than the allocation's slots: a clear refusal" "cannot place rank 4 of -n 8: the hosts have 4 slots \\(h1: 1, h2: 1, h3: 1, h4: 1\\)" "$out"
+
+out=$(salloc -N 4 --quiet "$accrun" --detect 2>&1)
+check "accrun --detect inside salloc lists every node" "h1: .*h2: .*h3: .*h4: " "$(tr '\n' ' ' <<<"$out")"
+
+cat >"$state/scratch/job.sh" <<JOB
+#!/bin/bash
+"$accrun" -n 4 sh -c 'exit \$(( ACCRUN_RANK == 3 ? 5 : 0 ))'
+JOB
+chmod +x "$state/scratch/job.sh"
+sbatch -N 2 -n 4 -O --wait --quiet -o "$state/scratch/job.out" "$state/scratch/job.sh" >/dev/null 2>&1
+check "sbatch --wait ends with the job's status" "^5$" "$?"
+check "the batch job's output names the rank" "rank 3 on host h[12] exited with status 5" "$(cat "$state/scratch/job.out")"
+
+salloc -N 4 -n 8 -O --quiet "$accrun" sleep 60 >"$state/scratch/cancel.out" 2>&1 &
+job=$!
+for _ in $(seq 100); do [ "$("$tb" hx h4 pgrep -c -x sleep)" -ge 1 ] && break; sleep 0.05; done
+jobid=$(squeue -h -o %i | head -1)
+t0=$(date +%s.%N)
+scancel "$jobid"
+wait $job 2>/dev/null
+nothing_left "scancel" "sleep 60"
+took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}')
+awk -v t="$took" 'BEGIN{exit !(t <= 5)}' && ok "scancel: all gone in $took s" || bad "scancel took $took s" "$(cat "$state/scratch/cancel.out")"
+exit $fail
