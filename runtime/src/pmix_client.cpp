@@ -195,7 +195,10 @@ class PmixDirectory final : public Directory {
     if (wait_s > 0) {
       int all = 0, secs = wait_s;
       PMIX_INFO_LOAD(&info[0], PMIX_WAIT, &all, PMIX_INT);
-      PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &secs, PMIX_INT);
+      // accrun's own key, not PMIX_TIMEOUT: given PMIX_TIMEOUT the client
+      // library runs a timer of its own that races the server's answer
+      // at the same instant; the server alone should end the wait.
+      PMIX_INFO_LOAD(&info[1], "accrun.wait.seconds", &secs, PMIX_INT);
       ninfo = 2;
     }
     pmix_status_t rc = PMIx_Lookup(&pd, 1, ninfo ? info : nullptr, ninfo);
