@@ -10,27 +10,8 @@ accrun=$2
 mpi_hello=$3
 . "$src/tests/testbed/env.sh" || exit $?
 [ "${ACCRUN_TESTBED_SLURM:-0}" = 1 ] || { echo "Slurm is not up on the test bed (slurm-wlm and munge missing?)"; exit 77; }
-tb=$ACCRUN_TESTBED
-state=$ACCRUN_TESTBED_STATE
-mpi_env=(-x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM -x OMPI_MCA_hwloc_base_binding_policy)
-fail=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; [ $# -gt 1 ] && echo "$2" | head -30; fail=1; }
-check() { if grep -Eq -- "$2" <<<"$3"; then ok "$1"; else bad "$1: expected /$2/ in:" "$3"; fi; }
-nothing_left() {
-  local h left i
-  for i in $(seq 50); do
-    left=""
-    for h in h1 h2 h3 h4; do
-      left+=$("$tb" hx "$h" sh -c 'pgrep -f -- "$1" | grep -vx "$$" | sed "s/^/$2:/"; ls -d /tmp/accrun.* /dev/shm/accrun.* 2>/dev/null | sed "s/^/$2:/"' sh "$2" "$h")
-    done
-    [ -z "$left" ] && break
-    sleep 0.1
-  done
-  if [ -z "$left" ]; then ok "$1: nothing left on any node"; else bad "$1: left behind" "$left"; fi
-}
+. "$(dirname "$0")/lib.sh"
 
-# (the test bed's nodes have one CPU each: -n 8 -O lays out 2 tasks a node)
 out=$(salloc -N 4 -n 8 -O --quiet "$accrun" --tag-output "${mpi_env[@]}" "$mpi_hello" 2>&1)
 check "salloc -N 4 -n 8 accrun (-n from SLURM_NTASKS): exit 0" "^0$" "$?"
 n=$(grep -cE "^\[h[1-4]:[0-7]\] rank=[0-7] size=8 shared=2 sum=36 expect=36$" <<<"$out")
