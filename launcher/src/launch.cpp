@@ -1,5 +1,7 @@
-// accrun -n N program ...: plan the job, then run this host's share of it
-// with the in-process node daemon (accrun(1) EXECUTION OPTIONS).
+// accrun -n N program ...: plan the job and hand it to the job controller
+// (accrun(1) EXECUTION OPTIONS).  A job on this host only is planned here,
+// before anything starts; a job on other hosts too is planned by the
+// controller from what their agents detect.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,7 +12,6 @@
 
 #include "accrun/commands.hpp"
 #include "accrun/detect.hpp"
-#include "accrun/node_daemon.hpp"
 #include "controller/job_controller.hpp"
 
 namespace accrun::launcher {
@@ -63,38 +64,9 @@ int launch_main(const Options& options, char** envp) {
                ? 2
                : 1;
   }
-  // Ranks run only where accrun runs, until agents launch them elsewhere:
-  // a plan naming another host is refused, never run here in its name.
-  const std::string self = this_hostname(detect_config(options, envp));
-  for (const auto& h : plan->hosts) {
-    if (names_this_host(h.inventory.host, self)) continue;
-    std::fprintf(stderr,
-                 "accrun: %s: host '%s' is not this host (%s); starting ranks on other hosts is not built yet "
-                 "(accrun --detect with the same hostfile reaches them; --dry-run shows the plan); nothing was "
-                 "started\n",
-                 h.origin.c_str(), h.inventory.host.c_str(), self.c_str());
-    return 2;
-  }
-
-  RunConfig cfg;
-  cfg.inherited = environment_of(envp);
-  cfg.command = options.command;
-  cfg.wdir = options.wdir;
-  cfg.tag_output = options.tag_output;
-  cfg.output_dir = options.output_dir;
-  cfg.stdin_mode = options.stdin_mode;
-  cfg.stdin_rank = options.stdin_rank;
-  cfg.timeout_s = options.timeout_s;
-  cfg.kill_grace_s = options.kill_grace_s;
-  cfg.on_failure = options.on_failure;
-  cfg.report_bindings = options.report_bindings;
-  cfg.exports = options.exports;
-  // A topology read from XML describes some other machine: it plans, it
-  // never binds real processes (DESIGN.md §4).
-  cfg.bind = !options.topology && cfg.inherited.count("HWLOC_XMLFILE") == 0;
-  if (auto it = cfg.inherited.find("TMPDIR"); it != cfg.inherited.end() && !it->second.empty())
-    cfg.tmpdir = it->second;
-  return run_job(*plan, cfg);
+  // This host's share runs in its node agent, which the controller forks
+  // and speaks to over the same protocol as agents on other hosts.
+  return run_cluster_job(options, envp, std::move(*plan));
 }
 
 }  // namespace accrun::launcher

@@ -299,7 +299,7 @@ __attribute__((noinline)) pid_t spawn_child(const char* path, char* const* argv,
   // Default dispositions for what accrun forwards or ignores: a shell that
   // started accrun in the background leaves SIGINT ignored, and an ignored
   // signal stays ignored across execve (ranks would not see Ctrl-C).
-  for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP}) signal(s, SIG_DFL);
+  for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2, SIGTSTP}) signal(s, SIG_DFL);
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // accrun died before the line above
@@ -344,7 +344,10 @@ class Daemon final : public ClientEvents, public DaemonControl {
   void handle_signal(const signalfd_siginfo& si);
   void read_output(OutStream& s);
   void close_stream(OutStream& s);
-  void output_failed(OutKind kind, int err);
+  void output_failed(OutKind kind, int err, bool said = false);
+  void output_closed(int stream, int err) override {
+    output_failed(stream == 1 ? OutKind::kStdout : OutKind::kStderr, err, true);
+  }
   int prepare_output_dir();
   void stdin_readable();
   void stdin_writable(StdinTarget& t);
@@ -555,6 +558,7 @@ void Daemon::handle_signal(const signalfd_siginfo& si) {
     reap();
     return;
   }
+  if (!cfg_.own_signals) return;  // the controller forwards what the ranks hear
   if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) {
     terminate_all(sig);
     return;
@@ -594,7 +598,8 @@ void Daemon::close_stream(OutStream& s) {
 // closed, so each rank gets SIGPIPE (or EPIPE) on its next write, and no
 // more of that output is read.  One line says so; the ranks' SIGPIPE deaths
 // are not reported one by one (accrun(1), OUTPUT and EXIT STATUS).
-void Daemon::output_failed(OutKind kind, int err) {
+// `said`: the controller, which could not write it, has said so already.
+void Daemon::output_failed(OutKind kind, int err, bool said) {
   auto k = static_cast<size_t>(kind);
   if (output_broken_[k]) return;
   output_broken_[k] = true;
@@ -605,6 +610,7 @@ void Daemon::output_failed(OutKind kind, int err) {
     close(s->fd);
     s->fd = -1;
   }
+  if (said) return;
   say(cfg_.err_fd, std::string("cannot write the ranks' standard ") + (kind == OutKind::kStdout ? "output" : "error") +
                        ": " + std::strerror(err) + "; closing it for every rank (a rank writing to it gets SIGPIPE)");
 }
@@ -842,7 +848,7 @@ int Daemon::setup_and_spawn() {
   // directories add the host's index, so agents that share /tmp or /dev/shm
   // (several simulated hosts on one machine) never collide.
   std::string dir_id = jobid_;
-  if (cfg_.upstream) {
+  if (plan_.hosts.size() > 1) {
     char node[16];
     std::snprintf(node, sizeof node, "%06x", static_cast<unsigned>(cfg_.host));
     dir_id += node;

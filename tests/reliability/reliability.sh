@@ -15,7 +15,7 @@
 #   stop_rank  a rank SIGSTOPs itself while the others are in a collective:
 #              --timeout ends the job with 124 and a message; the stopped
 #              rank is killed too
-#   janitor_killed  accrun and its janitor SIGKILLed together (a cgroup or
+#   janitor_killed  accrun, its agent and the janitor SIGKILLed together (a cgroup or
 #              OOM kill): the job's directories stay, and the next accrun of
 #              the same user removes them
 #   shm_full   a rank fills /dev/shm (a 64 MiB tmpfs) mid-job, then all
@@ -119,14 +119,16 @@ case "$case_name" in
   janitor_killed)
     "$accrun" -n 2 sleep 30 >"$work/out" 2>&1 &
     job=$!
+    # accrun's node agent, the agent's janitor and the two ranks.
+    descendants() { local c; for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
     for i in $(seq 100); do
-      [ -n "$(ls -A "$TMPDIR")" ] && [ "$(pgrep -c -P "$job")" -ge 3 ] && break
+      [ -n "$(ls -A "$TMPDIR")" ] && [ "$(descendants "$job" | wc -l)" -ge 4 ] && break
       sleep 0.05
     done
     dirs=$(ls -A "$TMPDIR")
     [ -n "$dirs" ] || fail "the job made no directory"
-    # accrun, its janitor (a child of accrun) and the ranks, all at once.
-    kill -9 "$job" $(pgrep -P "$job") 2>/dev/null
+    # accrun, its agent, the agent's janitor and the ranks, all at once.
+    kill -9 "$job" $(descendants "$job") 2>/dev/null
     wait "$job" 2>/dev/null
     sleep 0.3
     [ -n "$(ls -A "$TMPDIR")" ] || fail "the directories went although nobody cleaned up"

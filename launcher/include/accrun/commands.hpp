@@ -25,6 +25,10 @@ int free_tcp_port();
 
 // accrun --daemon: the node agent, started by accrun (launcher/src/agent/agent_main.cpp)
 int daemon_main(const Options& options, char** envp);
+// This host's node agent, forked by the job controller: serves the
+// controller on `fd` (its end of a socketpair) as agent `index` and returns
+// the process's exit status.                          (agent_main.cpp)
+int run_local_agent(int fd, int index, char** envp);
 
 // Whether a hostfile's `name` means the host called `self` (localhost, the
 // same name, or the same name without its domain).  Pure.

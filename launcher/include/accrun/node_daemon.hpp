@@ -27,6 +27,11 @@ class DaemonControl {
   // (SIGTERM/SIGINT/SIGHUP start --kill-grace; SIGKILL at once; SIGUSR1/2
   // are passed on).  Deaths that follow are not failures of their own.
   virtual void terminate(int sig) = 0;
+  // The controller can no longer write the ranks' stdout (stream 1) or
+  // stderr (2), for `err`, and has said so: as when the daemon's own write
+  // fails, every local rank's pipe of that stream closes (a rank writing
+  // to it gets SIGPIPE).
+  virtual void output_closed(int stream, int err) = 0;
 };
 
 // The job's name directory (PMIx publish/lookup/unpublish) when it lives
@@ -101,6 +106,7 @@ struct RunConfig {
   int err_fd = 2;                       // where ranks' stderr and accrun's messages go
   int in_fd = 0;                        // what is forwarded to ranks' stdin
   Upstream* upstream = nullptr;         // set in a node agent: output, failures and fences go there
+  bool own_signals = true;              // acts on signals sent to its process (false: they come through upstream)
   std::string jobid;                    // the job's id (every host's agent uses the controller's); "" = a new one
 };
 

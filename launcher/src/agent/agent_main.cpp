@@ -122,7 +122,7 @@ class AgentUpstream final : public Upstream, public JobDirectory {
       w.str(key);
       w.bytes(value.data(), value.size());
     }
-    send_frame(fd_, msg::kPublish, w.data());
+    post(msg::kPublish, w.data());
   }
   void lookup(int rank, std::vector<std::string> keys, bool wait, size_t wait_count, double timeout_s,
               std::function<void(int, std::vector<DirectoryEntry>)> done) override {
@@ -135,7 +135,7 @@ class AgentUpstream final : public Upstream, public JobDirectory {
     w.boolean(wait);
     w.u32(static_cast<uint32_t>(wait_count));
     w.f64(timeout_s);
-    send_frame(fd_, msg::kLookup, w.data());
+    post(msg::kLookup, w.data());
   }
   void unpublish(int rank, std::vector<std::string> keys, std::function<void(int)> done) override {
     uint64_t id = ++next_id_;
@@ -144,7 +144,7 @@ class AgentUpstream final : public Upstream, public JobDirectory {
     w.u64(id);
     w.u32(static_cast<uint32_t>(rank));
     w.string_vector(keys);
-    send_frame(fd_, msg::kUnpublish, w.data());
+    post(msg::kUnpublish, w.data());
   }
   bool on_readable(DaemonControl& daemon) override {
     char buf[65536];
@@ -158,7 +158,16 @@ class AgentUpstream final : public Upstream, public JobDirectory {
       wire::Reader r(f.payload);
       if (f.type == msg::kSignal) {
         auto sig = r.i32("signal");
+        // After Ctrl-Z the controller stops itself until fg: its silence
+        // then is no sign of a lost host.
+        if (sig && *sig == SIGTSTP) stopped_ = true;
+        if (sig && *sig == SIGCONT) stopped_ = false;
         if (sig) daemon.terminate(*sig);
+      } else if (f.type == msg::kOutputClosed) {
+        auto stream = r.u8("output closed: stream");
+        auto err = r.i32("output closed: errno");
+        if (!stream || !err) return false;
+        daemon.output_closed(*stream, *err);
       } else if (f.type == msg::kFenceDone) {
         auto sig = r.str("fence: signature");
         auto ok = r.boolean("fence: ok");
@@ -206,14 +215,14 @@ class AgentUpstream final : public Upstream, public JobDirectory {
     wire::Writer w;
     w.u8(static_cast<uint8_t>(stream));
     w.bytes(data, n);
-    send_frame(fd_, msg::kOutput, w.data());
+    post(msg::kOutput, w.data());
   }
   void rank_failed(int rank, int status, const std::string& text) override {
     wire::Writer w;
     w.u32(static_cast<uint32_t>(rank));
     w.i32(status);
     w.str(text);
-    send_frame(fd_, msg::kRankFailed, w.data());
+    post(msg::kRankFailed, w.data());
   }
   void fence(const std::string& signature, std::string blob,
              std::function<void(bool, std::string)> done) override {
@@ -221,22 +230,29 @@ class AgentUpstream final : public Upstream, public JobDirectory {
     wire::Writer w;
     w.str(signature);
     w.bytes(blob.data(), blob.size());
-    send_frame(fd_, msg::kFence, w.data());
+    post(msg::kFence, w.data());
   }
   bool tick() override {
     auto now = Clock::now();
     if (now - last_beat_ >= std::chrono::seconds(1)) {
       last_beat_ = now;
-      send_frame(fd_, msg::kHeartbeat, "");
+      post(msg::kHeartbeat, "");
     }
     // The controller beats every second too: silence means its host or
     // the network between us is gone.
-    return now - last_heard_ < kControllerSilence;
+    return stopped_ || now - last_heard_ < kControllerSilence;
   }
   void heard() { last_heard_ = Clock::now(); }
+  // Sends one frame; a send that had to wait ended because the controller
+  // read, which is word from it too.
+  void post(uint16_t type, std::string_view payload) {
+    auto t = Clock::now();
+    send_frame(fd_, type, payload);
+    if (Clock::now() - t > std::chrono::milliseconds(200)) heard();
+  }
   void beat_now() {
     last_beat_ = Clock::now();
-    send_frame(fd_, msg::kHeartbeat, "");
+    post(msg::kHeartbeat, "");
   }
   wire::FrameDecoder& decoder() { return decoder_; }
 
@@ -246,6 +262,7 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   std::map<std::string, std::deque<std::function<void(bool, std::string)>>> fences_;
   Clock::time_point last_beat_{};
   Clock::time_point last_heard_ = Clock::now();
+  bool stopped_ = false;
   uint64_t next_id_ = 0;
   std::map<uint64_t, std::function<void(int)>> status_waiters_;
   std::map<uint64_t, std::function<void(int, std::vector<DirectoryEntry>)>> lookup_waiters_;
@@ -267,6 +284,84 @@ std::pair<bool, std::string> detect_here(const AgentLaunch& launch, char** envp)
   auto inv = detect::detect_host(config);
   if (!inv) return {false, inv.status().message()};
   return {true, detect::to_json({*inv})};
+}
+
+// Serves the controller on `fd` until it says to end or goes away; it may
+// first hand us this host's part of a job.  `local`: this agent was forked
+// by the controller on its own host, and keeps accrun's standard input for
+// the ranks; an agent elsewhere gives its ranks none.
+int serve(int fd, const std::string& me, char** envp, std::vector<LaunchProcess>& children, bool local) {
+  AgentUpstream upstream(fd);
+  int status = 0;
+  std::optional<Clock::time_point> leave_by;  // after our ranks ended: the shutdown is due
+  for (bool running = true; running;) {
+    if (leave_by && Clock::now() > *leave_by) break;
+    for (auto& c : children) {
+      int st = 0;
+      if (c.exited || waitpid(c.pid, &st, WNOHANG) != c.pid) continue;
+      c.exited = true;
+      c.status = st;
+      wire::Writer w;
+      w.u32(static_cast<uint32_t>(c.index));
+      w.i32(st);
+      send_frame(fd, msg::kLaunchExited, w.data());
+    }
+    // Before its launch the controller may still be waiting for other
+    // hosts' agents: beat, but do not judge its silence yet.
+    upstream.tick();
+    pollfd p{fd, POLLIN, 0};
+    int rc = poll(&p, 1, 100);
+    if (rc <= 0) continue;
+    char buf[65536];
+    ssize_t got = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (got <= 0) break;  // the controller is gone: nothing of ours may outlive it
+    std::vector<wire::Frame> frames;
+    upstream.heard();
+    if (Status s = upstream.decoder().feed(buf, static_cast<size_t>(got), frames); !s) {
+      say(me, "the controller's connection broke the protocol: " + s.message());
+      status = 1;
+      break;
+    }
+    for (auto& f : frames) {
+      if (f.type == msg::kShutdown) {
+        running = false;
+      } else if (f.type == msg::kLaunch && running) {
+        // Word at once that the launch arrived: from now on the controller
+        // expects a beat every second.
+        upstream.beat_now();
+        auto job = msg::decode_launch(f.payload);
+        if (!job) {
+          say(me, "a launch the agent cannot read: " + job.status().message());
+          status = 2;
+          running = false;
+          break;
+        }
+        RunConfig& cfg = job->config;
+        cfg.inherited = environment_of(envp);
+        if (auto it = cfg.inherited.find("TMPDIR"); it != cfg.inherited.end() && !it->second.empty())
+          cfg.tmpdir = it->second;
+        // A topology read from XML describes some other machine: it plans,
+        // it never binds real processes (DESIGN.md §4).
+        if (cfg.inherited.count("HWLOC_XMLFILE") != 0) cfg.bind = false;
+        struct stat st;
+        if (cfg.wdir && cfg.wdir_soft && (stat(cfg.wdir->c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) cfg.wdir.reset();
+        // Standard input stays with accrun on the launching host.
+        if (!local) cfg.stdin_mode = StdinMode::kNone;
+        // This host's agent hears the terminal's signals through the
+        // controller only (it shares accrun's process group).
+        cfg.own_signals = !local;
+        cfg.upstream = &upstream;
+        int job_status = run_job(job->plan, cfg);
+        wire::Writer w;
+        w.i32(job_status);
+        send_frame(fd, msg::kDone, w.data());
+        leave_by = Clock::now() + std::chrono::seconds(5);
+      }
+    }
+  }
+  close(fd);
+  return status;
 }
 
 }  // namespace
@@ -339,72 +434,7 @@ int daemon_main(const Options&, char** envp) {
     send_frame(*fd, msg::kLaunchExited, w.data());
   }
 
-  // Serve the controller until it says to end or goes away; it may first
-  // hand us this host's part of a job.
-  AgentUpstream upstream(*fd);
-  int status = 0;
-  std::optional<Clock::time_point> leave_by;  // after our ranks ended: the shutdown is due
-  for (bool running = true; running;) {
-    if (leave_by && Clock::now() > *leave_by) break;
-    for (auto& c : children) {
-      int st = 0;
-      if (c.exited || waitpid(c.pid, &st, WNOHANG) != c.pid) continue;
-      c.exited = true;
-      c.status = st;
-      wire::Writer w;
-      w.u32(static_cast<uint32_t>(c.index));
-      w.i32(st);
-      send_frame(*fd, msg::kLaunchExited, w.data());
-    }
-    // Before its launch the controller may still be waiting for other
-    // hosts' agents: beat, but do not judge its silence yet.
-    upstream.tick();
-    pollfd p{*fd, POLLIN, 0};
-    int rc = poll(&p, 1, 100);
-    if (rc <= 0) continue;
-    char buf[65536];
-    ssize_t got = recv(*fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (got <= 0) break;  // the controller is gone: nothing of ours may outlive it
-    std::vector<wire::Frame> frames;
-    upstream.heard();
-    if (Status s = upstream.decoder().feed(buf, static_cast<size_t>(got), frames); !s) {
-      say(me, "the controller's connection broke the protocol: " + s.message());
-      status = 1;
-      break;
-    }
-    for (auto& f : frames) {
-      if (f.type == msg::kShutdown) {
-        running = false;
-      } else if (f.type == msg::kLaunch && running) {
-        // Word at once that the launch arrived: from now on the controller
-        // expects a beat every second.
-        upstream.beat_now();
-        auto job = msg::decode_launch(f.payload);
-        if (!job) {
-          say(me, "a launch the agent cannot read: " + job.status().message());
-          status = 2;
-          running = false;
-          break;
-        }
-        RunConfig& cfg = job->config;
-        cfg.inherited = environment_of(envp);
-        if (auto it = cfg.inherited.find("TMPDIR"); it != cfg.inherited.end() && !it->second.empty())
-          cfg.tmpdir = it->second;
-        struct stat st;
-        if (cfg.wdir && cfg.wdir_soft && (stat(cfg.wdir->c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) cfg.wdir.reset();
-        // Standard input stays with accrun on the launching host.
-        cfg.stdin_mode = StdinMode::kNone;
-        cfg.upstream = &upstream;
-        int job_status = run_job(job->plan, cfg);
-        wire::Writer w;
-        w.i32(job_status);
-        send_frame(*fd, msg::kDone, w.data());
-        leave_by = Clock::now() + std::chrono::seconds(5);
-      }
-    }
-  }
-  close(*fd);
+  int status = serve(*fd, me, envp, children, false);
   // The children's agents hear the controller themselves; give their launch
   // agents a moment to end, then leave them to init.
   auto deadline = Clock::now() + std::chrono::seconds(2);
@@ -414,6 +444,25 @@ int daemon_main(const Options&, char** envp) {
       else usleep(5000);
     }
   return status;
+}
+
+int run_local_agent(int fd, int index, char** envp) {
+  // Ctrl-C and Ctrl-Z at the terminal reach this process too: the
+  // controller decides what the ranks hear.
+  for (int s : {SIGINT, SIGQUIT, SIGTSTP, SIGHUP, SIGUSR1, SIGUSR2}) signal(s, SIG_IGN);
+  signal(SIGPIPE, SIG_IGN);
+  char self[256] = {};
+  gethostname(self, sizeof self - 1);
+  // The controller detected this host itself before it forked us.
+  wire::Writer hello;
+  hello.u32(static_cast<uint32_t>(index));
+  hello.str(self);
+  hello.boolean(true);
+  hello.str("");
+  hello.u16(static_cast<uint16_t>(free_tcp_port()));
+  if (!send_frame(fd, msg::kHello, hello.data())) return 1;
+  std::vector<LaunchProcess> none;
+  return serve(fd, self, envp, none, true);
 }
 
 }  // namespace accrun::launcher

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 
 #include "accrun/log.hpp"
@@ -75,6 +76,12 @@ Result<std::unique_ptr<AgentSet>> AgentSet::start(const AgentsConfig& config) {
   if (set->config_.fanout < 1) set->config_.fanout = 1;
   set->agents_.resize(config.hosts.size());
   set->hellos_.resize(config.hosts.size());
+  // This host's agent first, before any listening socket exists for it
+  // to inherit.
+  if (Status s = set->fork_local_agents(); !s) return s;
+  bool remote = false;
+  for (size_t i = 0; i < config.hosts.size(); ++i) remote |= !set->is_local(static_cast<int>(i));
+  if (!remote) return set;  // one host: no port opens at all
   auto secret = wire::Secret::generate();
   if (!secret) return secret.status();
   set->secret_ = std::make_unique<wire::Secret>(*secret);
@@ -82,6 +89,45 @@ Result<std::unique_ptr<AgentSet>> AgentSet::start(const AgentsConfig& config) {
   if (Status s = set->listen_all(); !s) return s;
   if (Status s = set->launch_children(); !s) return s;
   return set;
+}
+
+Status AgentSet::fork_local_agents() {
+  for (int i = 0; i < static_cast<int>(config_.hosts.size()); ++i) {
+    if (!is_local(i)) continue;
+    if (!config_.local_agent) return invalid_usage("no agent for this host");
+    // A socketpair only the two processes hold: nothing to prove.
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return system_error("socketpair");
+    std::fflush(nullptr);
+    pid_t pid = fork();
+    if (pid < 0) {
+      close(sv[0]);
+      close(sv[1]);
+      return system_error("fork (this host's agent)");
+    }
+    if (pid == 0) {
+      close(sv[0]);
+      int status = config_.local_agent(sv[1], i);
+      std::fflush(nullptr);
+      _exit(status);
+    }
+    close(sv[1]);
+    fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK);
+    auto agent = std::make_unique<Agent>();
+    agent->fd = sv[0];
+    unnamed_.push_back(std::move(agent));
+    LaunchProcess p;
+    p.pid = pid;
+    p.index = i;
+    p.host = config_.hosts[static_cast<size_t>(i)];
+    p.command = "this host's agent";
+    // It stays in accrun's process group, so it may read the terminal
+    // for the ranks' standard input; it ignores the terminal's signals
+    // and takes them from the controller.
+    p.own_group = false;
+    launches_.push_back(std::move(p));
+  }
+  return Status();
 }
 
 Status AgentSet::listen_all() {
@@ -133,18 +179,6 @@ Status AgentSet::launch_children() {
     p->host = base.hosts[child];
     launches_.push_back(std::move(*p));
   }
-  for (int i = 0; i < n; ++i) {
-    if (!is_local(i)) continue;
-    AgentLaunch a = base;
-    a.hosts = {config_.hosts[i]};
-    a.ids = {i};
-    a.index = 0;
-    auto p = start_launch_agent(shell_quote(self_executable()) + " --daemon", a.encode());
-    if (!p) return p.status().with_context("this host's agent");
-    p->index = i;
-    p->host = config_.hosts[i];
-    launches_.push_back(std::move(*p));
-  }
   return Status();
 }
 
@@ -185,7 +219,7 @@ void AgentSet::abandon(int index) {
   close_agent(index);
   for (auto& l : launches_) {
     if (l.index != index || l.exited) continue;
-    kill(-l.pid, SIGKILL);
+    kill(l.own_group ? -l.pid : l.pid, SIGKILL);
     waitpid(l.pid, nullptr, 0);
     l.exited = true;
   }
@@ -377,8 +411,9 @@ Status AgentSet::wait_for_hellos() {
     why = std::to_string(silent.size()) + " agent(s) did not connect within " +
           std::to_string(config_.timeout.count() / 1000) + " s: " + silent.front() +
           (silent.size() > 1 ? " and " + std::to_string(silent.size() - 1) + " more" : std::string()) +
-          " (is accrun at " + config_.daemon_path + " there, or give --daemon-path; can the hosts reach " +
-          addresses_.front() + "?)";
+          (addresses_.empty() ? std::string()
+                              : " (is accrun at " + config_.daemon_path +
+                                    " there, or give --daemon-path; can the hosts reach " + addresses_.front() + "?)");
   }
   return remote_error("cannot start the agents: " + why);
 }
@@ -405,7 +440,7 @@ void AgentSet::shutdown() {
       }
     }
     if (!l.exited) {
-      kill(-l.pid, SIGKILL);
+      kill(l.own_group ? -l.pid : l.pid, SIGKILL);
       waitpid(l.pid, nullptr, 0);
       l.exited = true;
     }
@@ -422,7 +457,7 @@ AgentSet::~AgentSet() {
   for (int l : listeners_) close(l);
   for (auto& l : launches_) {
     if (l.exited) continue;
-    kill(-l.pid, SIGKILL);
+    kill(l.own_group ? -l.pid : l.pid, SIGKILL);
     waitpid(l.pid, nullptr, 0);
   }
 }

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,7 +27,11 @@ namespace accrun::launcher {
 
 struct AgentsConfig {
   std::vector<std::string> hosts;         // agent i runs on hosts[i]
-  std::vector<bool> local;                // hosts[i] is this host: its agent starts here, without the launch agent
+  std::vector<bool> local;                // hosts[i] is this host: its agent is forked here, over a socketpair
+  // Runs in the forked child as this host's agent (agent_main.cpp's
+  // run_local_agent): `fd` is its end of the socketpair, `index` its agent
+  // index.  Returns the child's exit status.
+  std::function<int(int fd, int index)> local_agent;
   std::string launch_agent = kDefaultLaunchAgent;  // --launch-agent
   std::string daemon_path;                // --daemon-path (default: this accrun)
   int fanout = kDefaultFanout;            // --fanout
@@ -82,6 +87,7 @@ class AgentSet {
   struct Agent;
   explicit AgentSet(AgentsConfig config);
   Status listen_all();
+  Status fork_local_agents();
   Status launch_children();
   void accept_from(int listener);
   Status on_readable_pending(Pending& p);

@@ -52,12 +52,17 @@ Result<std::vector<hostfiles::HostEntry>> entries_of(const Options& options) {
 
 class Controller {
  public:
-  Controller(const Options& options, char** envp) : options_(options), envp_(envp) {}
+  Controller(const Options& options, char** envp, std::optional<Plan> plan)
+      : options_(options), envp_(envp), planned_(plan.has_value()) {
+    if (plan) plan_ = std::move(*plan);
+  }
   int run();
 
  private:
   int start_agents();
   int plan_and_launch();
+  int plan_from_hellos();
+  int launch();
   int loop();
   void on_frame(int agent, const wire::Frame& f);
   void on_lost(int agent, const std::string& why);
@@ -68,7 +73,10 @@ class Controller {
   char** envp_;
   std::vector<hostfiles::HostEntry> entries_;
   std::unique_ptr<AgentSet> agents_;
+  bool planned_;  // the plan came made (this host only): the agents' hellos do not change it
   Plan plan_;
+  // " on every host" when the job spans hosts, for messages.
+  std::string everywhere() const { return plan_.hosts.size() > 1 ? " on every host" : ""; }
   std::vector<int> agent_of_host_;           // plan host -> agent index
   std::vector<int> host_of_agent_;           // agent index -> plan host (-1: no ranks)
   std::vector<bool> done_;                   // agent reported kDone or was lost
@@ -201,12 +209,21 @@ void Controller::on_directory(int agent, const wire::Frame& f) {
 }
 
 int Controller::run() {
-  auto entries = entries_of(options_);
-  if (!entries) {
-    say(entries.status().message());
-    return 2;
+  if (planned_) {
+    for (const auto& h : plan_.hosts) {
+      hostfiles::HostEntry e;
+      e.name = h.inventory.host;
+      e.origin = h.origin;
+      entries_.push_back(std::move(e));
+    }
+  } else {
+    auto entries = entries_of(options_);
+    if (!entries) {
+      say(entries.status().message());
+      return 2;
+    }
+    entries_ = std::move(*entries);
   }
-  entries_ = std::move(*entries);
   if (int rc = start_agents(); rc != 0) return rc;
   int rc = plan_and_launch();
   if (rc < 0) rc = loop();
@@ -219,8 +236,10 @@ int Controller::start_agents() {
   const std::string self = this_hostname(detect_config(options_, envp_));
   for (const auto& e : entries_) {
     config.hosts.push_back(e.name);
-    config.local.push_back(names_this_host(e.name, self));
+    config.local.push_back(planned_ || names_this_host(e.name, self));
   }
+  char** envp = envp_;
+  config.local_agent = [envp](int fd, int index) { return run_local_agent(fd, index, envp); };
   auto started = AgentSet::start(config);
   if (!started) {
     say(started.status().message());
@@ -236,8 +255,16 @@ int Controller::start_agents() {
 }
 
 int Controller::plan_and_launch() {
+  if (!planned_) {
+    if (int rc = plan_from_hellos(); rc != 0) return rc;
+  }
+  return launch();
+}
+
+int Controller::plan_from_hellos() {
   std::map<std::string, detect::Inventory> detected;
   for (const auto& h : agents_->hellos()) {
+    if (h.detected && h.inventory_json.empty()) continue;  // this host: detected by build_plan
     if (!h.detected) {
       say("host " + h.host + ": detection failed: " + h.inventory_json);
       return 2;
@@ -258,6 +285,10 @@ int Controller::plan_and_launch() {
     return c == Code::kSystem ? 1 : 2;
   }
   plan_ = std::move(*plan);
+  return 0;
+}
+
+int Controller::launch() {
   // MASTER_PORT: free on rank 0's host, chosen there by its agent.
   std::map<std::string, int> agent_by_name;
   for (size_t i = 0; i < entries_.size(); ++i) agent_by_name[entries_[i].name] = static_cast<int>(i);
@@ -291,6 +322,9 @@ int Controller::plan_and_launch() {
   cfg.stdin_mode = options_.stdin_mode;
   cfg.stdin_rank = options_.stdin_rank;
   cfg.kill_grace_s = options_.kill_grace_s;
+  // Every agent ends its ranks at --timeout, as counted from the launch
+  // (they get it at the same moment), and says which were still running.
+  cfg.timeout_s = options_.timeout_s;
   cfg.on_failure = options_.on_failure;
   cfg.report_bindings = options_.report_bindings;
   // -x VAR takes its value from accrun's environment here, not the agents'.
@@ -320,8 +354,11 @@ int Controller::plan_and_launch() {
     }
   }
   log(LogLevel::kDebug, "launched %zu ranks on %zu hosts", plan_.ranks.size(), plan_.hosts.size());
+  // The controller's own deadline only backs the agents' up: an agent that
+  // has not ended its ranks by then has its host's ranks killed.
   if (options_.timeout_s > 0)
-    deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.timeout_s * 1000));
+    deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(
+                                   (options_.timeout_s + options_.kill_grace_s) * 1000) + 3000);
   return -1;
 }
 
@@ -379,16 +416,17 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       if (output_lost_[*stream == 1 ? 0 : 1]) return;
       if (!write_all(*stream == 1 ? 1 : 2, data->data(), data->size())) {
         // As a shell pipeline ends when its reader goes away (accrun(1)
-        // OUTPUT): 141 for a reader that went away, else 1.
+        // OUTPUT): every rank's pipe of that stream closes, the ranks die
+        // of SIGPIPE as they write, and accrun exits 141.
         int err = errno;
         output_lost_[*stream == 1 ? 0 : 1] = true;
         say(std::string("cannot write the ranks' standard ") + (*stream == 1 ? "output" : "error") + ": " +
-            std::strerror(err) + "; ending the job on every host");
-        fail(err == EPIPE ? 141 : 1);
-        if (!terminating_) {
-          terminating_ = true;
-          signal_all(SIGTERM);
-        }
+            std::strerror(err) + "; closing it for every rank" + everywhere() + " (a rank writing to it gets SIGPIPE)");
+        wire::Writer w;
+        w.u8(*stream == 1 ? 1 : 2);
+        w.i32(err);
+        for (size_t a = 0; a < done_.size(); ++a)
+          if (!done_[a]) agents_->send(static_cast<int>(a), msg::kOutputClosed, w.data());
       }
       return;
     }
@@ -453,8 +491,8 @@ int Controller::loop() {
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT}) sigaddset(&mask, s);
   sigprocmask(SIG_BLOCK, &mask, &old);
   int sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-  std::optional<Clock::time_point> kill_at;
   Clock::time_point last_beat{};
+  Clock::time_point last_turn = Clock::now();
   for (;;) {
     bool all_done = true;
     for (bool d : done_) all_done &= d;
@@ -480,7 +518,8 @@ int Controller::loop() {
           signal_all(SIGTSTP);
           kill(getpid(), SIGSTOP);
         } else if (++interrupts_ == 1) {
-          say(std::string("received ") + sigabbrev_np(sig) + ", forwarding it to the ranks on every host (again to kill them)");
+          say(std::string("received ") + sigabbrev_np(sig) + ", forwarding it to the ranks" + everywhere() +
+              " (again to kill them)");
           fail(128 + sig);
           terminating_ = true;
           signal_all(sig);
@@ -500,6 +539,10 @@ int Controller::loop() {
       for (const auto& f : *frames) on_frame(a, f);
     }
     auto now = Clock::now();
+    // A turn that took long (writing output to a slow reader blocks; so
+    // does a stop after Ctrl-Z) was not the agents' silence.
+    if (now - last_turn > std::chrono::seconds(1))
+      for (auto& seen : last_seen_) seen = std::max(seen, now - std::chrono::milliseconds(500));
     if (now - last_beat >= std::chrono::seconds(1)) {
       last_beat = now;
       for (size_t a = 0; a < done_.size(); ++a)
@@ -509,20 +552,16 @@ int Controller::loop() {
       if (!done_[a] && now - last_seen_[a] > (heard_since_launch_[a] ? kHeartbeatLimit : kStartLimit))
         on_lost(static_cast<int>(a), "no word from its agent for " + std::to_string(kHeartbeatLimit.count()) +
                                          " s (the host or its network is down)");
+    last_turn = Clock::now();
     if (deadline_ && now >= *deadline_) {
       deadline_.reset();
       say("--timeout " + std::to_string(static_cast<int64_t>(std::ceil(options_.timeout_s))) +
-          " s reached; terminating the ranks on every host");
+          " s passed and ranks are still running; killing them" + everywhere());
       fail(124);
       terminating_ = true;
-      signal_all(SIGTERM);
-      kill_at = now + std::chrono::milliseconds(static_cast<int64_t>(options_.kill_grace_s * 1000) + 2000);
-    }
-    expire_lookups(now);
-    if (kill_at && now >= *kill_at) {
-      kill_at.reset();
       signal_all(SIGKILL);
     }
+    expire_lookups(now);
   }
   close(sigfd);
   sigprocmask(SIG_SETMASK, &old, nullptr);
@@ -540,9 +579,9 @@ bool names_other_hosts(const Options& options, char** envp) {
   return false;
 }
 
-int run_cluster_job(const Options& options, char** envp) {
+int run_cluster_job(const Options& options, char** envp, std::optional<Plan> plan) {
   signal(SIGPIPE, SIG_IGN);
-  Controller c(options, envp);
+  Controller c(options, envp, std::move(plan));
   return c.run();
 }
 

@@ -7,14 +7,19 @@
 // too, so every host runs the same code.
 #pragma once
 
+#include <optional>
+
 #include "accrun/options.hpp"
+#include "accrun/plan.hpp"
 
 namespace accrun::launcher {
 
-// Runs the job of `options` on the hosts of its hostfile or -H list and
-// returns accrun's exit status (DESIGN.md §9).  Blocks; call from the main
-// thread before any other thread exists.
-int run_cluster_job(const Options& options, char** envp);
+// Runs the job of `options` and returns accrun's exit status (DESIGN.md
+// §9).  Without `plan`, on the hosts of its hostfile or -H list, planned
+// from what their agents detect; with `plan` (every host of it this one),
+// as planned.  Blocks; call from the main thread before any other thread
+// exists.
+int run_cluster_job(const Options& options, char** envp, std::optional<Plan> plan = std::nullopt);
 
 // Whether the hostfile or -H list of `options` names a host other than this
 // one (bad input is left for the planner to report).

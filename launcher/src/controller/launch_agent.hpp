@@ -71,6 +71,7 @@ struct LaunchProcess {
   std::string command;   // the shell command line, for messages
   bool exited = false;
   int status = 0;        // waitpid status once exited
+  bool own_group = true;  // leads its own process group (false: this host's agent, forked)
 };
 
 // Starts `/bin/sh -c shell_command` in its own process group, writes

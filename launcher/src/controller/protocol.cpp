@@ -28,6 +28,7 @@ std::string encode_launch(int host, const Plan& plan, const RunConfig& config) {
   w.u8(static_cast<uint8_t>(config.stdin_mode));
   w.i32(config.stdin_rank);
   w.f64(config.kill_grace_s);
+  w.f64(config.timeout_s);
   w.u8(static_cast<uint8_t>(config.on_failure));
   w.boolean(config.report_bindings);
   w.boolean(config.bind);
@@ -95,6 +96,8 @@ Result<Launch> decode_launch(std::string_view payload) {
   c.stdin_mode = static_cast<StdinMode>(mode);
   ACCRUN_READ(c.stdin_rank, r.i32("launch: stdin rank"));
   ACCRUN_READ(c.kill_grace_s, r.f64("launch: kill grace"));
+  ACCRUN_READ(c.timeout_s, r.f64("launch: timeout"));
+  if (!(c.timeout_s >= 0)) return invalid_argument("launch: bad timeout");
   ACCRUN_READ(mode, r.u8("launch: on failure"));
   if (mode > static_cast<uint8_t>(OnFailure::kContinue)) return invalid_argument("launch: bad failure policy");
   c.on_failure = static_cast<OnFailure>(mode);

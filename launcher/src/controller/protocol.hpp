@@ -65,6 +65,11 @@ enum Type : uint16_t {
   kUnpublish = 16,
   // controller → agent: u64 id, i32 PMIx status
   kUnpublishDone = 17,
+  // controller → agent: u8 stream (1 stdout, 2 stderr), i32 errno: the
+  // controller cannot write that stream any more (its reader went away, its
+  // file is full); the agent closes its ranks' pipes of it, so a rank that
+  // writes there gets SIGPIPE, as in a shell pipeline.
+  kOutputClosed = 18,
 };
 
 // kLaunch: the host this agent runs (an index into plan.hosts), the plan

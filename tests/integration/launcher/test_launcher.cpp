@@ -738,17 +738,24 @@ TEST(Launcher, SigtstpStopsTheRanksAndSigcontResumesThem) {
     execl(ACCRUN_EXE, ACCRUN_EXE, "-n", "2", "--timeout", "30", "sleep", "20", static_cast<char*>(nullptr));
     _exit(127);
   }
-  // The ranks: accrun's children that run sleep.
+  // The ranks: accrun's descendants (children of its node agent) that run
+  // sleep.
   std::vector<pid_t> ranks;
   for (int i = 0; i < 300 && ranks.size() < 2; ++i) {
     ranks.clear();
-    std::ifstream f("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
-    pid_t c;
-    while (f >> c) {
-      std::ifstream comm("/proc/" + std::to_string(c) + "/comm");
-      std::string name;
-      comm >> name;
-      if (name == "sleep") ranks.push_back(c);
+    std::vector<pid_t> todo{pid};
+    while (!todo.empty()) {
+      pid_t p = todo.back();
+      todo.pop_back();
+      std::ifstream f("/proc/" + std::to_string(p) + "/task/" + std::to_string(p) + "/children");
+      pid_t c;
+      while (f >> c) {
+        todo.push_back(c);
+        std::ifstream comm("/proc/" + std::to_string(c) + "/comm");
+        std::string name;
+        comm >> name;
+        if (name == "sleep") ranks.push_back(c);
+      }
     }
     usleep(10000);
   }
