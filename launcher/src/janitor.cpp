@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "accrun/log.hpp"
+#include "agent/descendants.hpp"
 
 namespace accrun::launcher {
 
@@ -253,7 +254,7 @@ ssize_t recv_with_fds(int fd, void* buf, size_t len, std::vector<int>& fds) {
 }
 
 // The janitor's life: wait for the socket, clean up if accrun died.
-[[noreturn]] void janitor_main(int fd, const std::vector<std::string>& dirs) {
+[[noreturn]] void janitor_main(int fd, const std::vector<std::string>& dirs, const std::vector<std::string>& marks) {
   prctl(PR_SET_NAME, "accrun-janitor");
   // Out of accrun's session: a Ctrl-C or hang-up aimed at accrun's
   // terminal must not take the janitor down before accrun.
@@ -308,13 +309,14 @@ ssize_t recv_with_fds(int fd, void* buf, size_t len, std::vector<int>& fds) {
     nanosleep(&ts, nullptr);
     for (pid_t g : groups) kill(-g, SIGKILL);
   }
+  kill_by_environment(marks);
   for (const auto& d : dirs) remove_tree(d);
   _exit(0);
 }
 
 }  // namespace
 
-Result<Janitor> Janitor::start(std::vector<std::string> dirs) {
+Result<Janitor> Janitor::start(std::vector<std::string> dirs, std::vector<std::string> marks) {
   // A socket rather than a pipe: owner-lock descriptors travel on it too.
   int p[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p) != 0) return system_error("socketpair");
@@ -330,7 +332,7 @@ Result<Janitor> Janitor::start(std::vector<std::string> dirs) {
   }
   if (pid == 0) {
     close(p[1]);
-    janitor_main(p[0], dirs);
+    janitor_main(p[0], dirs, marks);
   }
   close(p[0]);
   Janitor j;

@@ -75,7 +75,10 @@ void sweep_stale_job_dirs(const std::string& tmpdir, const std::string& shm_root
 class Janitor {
  public:
   // Forks the janitor.  Must be called while the process has one thread.
-  static Result<Janitor> start(std::vector<std::string> dirs);
+  // After accrun died it kills the groups it was told of, then every
+  // process whose environment holds all of `marks` (the ranks' descendants
+  // that left their groups; descendants.hpp), then removes `dirs`.
+  static Result<Janitor> start(std::vector<std::string> dirs, std::vector<std::string> marks = {});
   Janitor() = default;
   Janitor(Janitor&& o) noexcept : pid_(o.pid_), fd_(o.fd_) { o.pid_ = -1; o.fd_ = -1; }
   Janitor& operator=(Janitor&& o) noexcept;

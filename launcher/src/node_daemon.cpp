@@ -32,6 +32,7 @@
 
 #include "accrun/log.hpp"
 #include "iof.hpp"
+#include "agent/descendants.hpp"
 #include "janitor.hpp"
 #include "pmix_host.hpp"
 
@@ -355,6 +356,13 @@ class Daemon final : public ClientEvents, public DaemonControl {
   void update_stdin_interest();
   int running_count() const;
   std::vector<int> running_ranks() const;
+  // Children that are not the job's: the janitor and what the process had
+  // before the job (an agent's launch agents for its part of the tree).
+  std::vector<pid_t> not_ours() const {
+    std::vector<pid_t> v = children_before_;
+    v.push_back(janitor_.pid());
+    return v;
+  }
 
   const Plan& plan_;
   const RunConfig& cfg_;
@@ -363,6 +371,7 @@ class Daemon final : public ClientEvents, public DaemonControl {
   std::string rendezvous_;
   std::string shm_dir_;
   Janitor janitor_;
+  std::vector<pid_t> children_before_;  // not_ours()
   std::vector<int> owner_fds_;          // owner locks of the job's directories
   bool janitor_reaped_ = false;
   int epfd_ = -1;
@@ -832,6 +841,7 @@ int Daemon::setup_and_spawn() {
   ign.sa_handler = SIG_IGN;
   sigaction(SIGPIPE, &ign, &old_pipe_);
   prctl(PR_GET_CHILD_SUBREAPER, &old_subreaper_);
+  children_before_ = children_of_self();
   mask_set_ = true;
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   sigfd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -858,7 +868,8 @@ int Daemon::setup_and_spawn() {
   // Directories of this user's jobs whose accrun and janitor both died (a
   // cgroup kill, the OOM killer) go now: nobody holds their owner lock.
   sweep_stale_job_dirs(cfg_.tmpdir, cfg_.shm_root);
-  auto jan = Janitor::start({rendezvous_, shm_dir_});
+  auto jan = Janitor::start({rendezvous_, shm_dir_},
+                            {"ACCRUN_JOB_ID=" + jobid_, "ACCRUN_HOST=" + plan_.hosts[static_cast<size_t>(cfg_.host)].inventory.host});
   if (!jan) {
     say(cfg_.err_fd, jan.status().message());
     return 1;
@@ -1147,8 +1158,10 @@ int Daemon::loop() {
   for (;;) {
     bool all_exited = running_count() == 0;
     if (all_exited && !swept) {
-      // Whatever the ranks left behind in their process groups goes too.
+      // Whatever the ranks left behind in their process groups goes too,
+      // and what left its group and was adopted by us (descendants.hpp).
       for (auto& [r, s] : ranks_) kill(-s.pid, SIGKILL);
+      kill_adopted(not_ours(), std::chrono::milliseconds(0));
       swept = true;
       drain_deadline = Clock::now() + std::chrono::seconds(2);
     }
@@ -1247,6 +1260,7 @@ void Daemon::finish() {
     waitpid(s.pid, nullptr, 0);
     s.running = false;
   }
+  kill_adopted(not_ours(), std::chrono::seconds(1));
   pmix_.reset();
   trace(t0_, "PMIx server finalised");
   queue_.reset();

@@ -567,6 +567,57 @@ TEST(Launcher, KillNineOfAccrunLeavesNothingBehind) {
   expect_no_job_dirs(jobid);
 }
 
+// Descendants of a rank that start a new session (setsid) are in no process
+// group accrun signals; they die with the job however it ends: the ranks
+// exit, accrun gets SIGTERM, accrun is SIGKILLed (its agent cleans up), or
+// the agent is SIGKILLed (its janitor finds them by the job's marks in
+// their environment).  accrun(7), PROCESS CLEAN-UP.
+class SetsidDescendants : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SetsidDescendants, DieWithTheJob) {
+  const std::string how = GetParam();
+  // Each rank starts a session leader that would sleep for ten minutes and
+  // says its pid; the rank itself exits soon (once the leader has its own
+  // session) or waits.
+  std::string rank = "setsid sleep 600 </dev/null >/dev/null 2>&1 & echo leader $!; " +
+                     std::string(how == "exit" ? "sleep 0.3; exit 0" : "sleep 60");
+  Proc p({"-n", "2", "sh", "-c", rank});
+  ASSERT_TRUE(p.read_until([](const std::string& o) { return lines_of(o).size() >= 2; }, 10)) << p.err();
+  std::vector<pid_t> leaders;
+  for (const auto& l : lines_of(p.out())) leaders.push_back(std::atoi(l.c_str() + 7));
+  ASSERT_EQ(leaders.size(), 2u);
+  for (pid_t l : leaders) ASSERT_GT(l, 1);
+  // Past setsid(): out of the rank's process group.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  if (how == "term") {
+    kill(p.pid(), SIGTERM);
+  } else if (how == "kill-accrun") {
+    kill(p.pid(), SIGKILL);
+  } else if (how == "kill-agent") {
+    // The agent: accrun's child that is not a rank's shell.
+    std::ifstream f("/proc/" + std::to_string(p.pid()) + "/task/" + std::to_string(p.pid()) + "/children");
+    pid_t agent = 0;
+    f >> agent;
+    ASSERT_GT(agent, 1);
+    kill(agent, SIGKILL);
+  }
+  p.wait(20);
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  auto left = [&] { return static_cast<int>(alive(leaders[0])) + static_cast<int>(alive(leaders[1])); };
+  while (left() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (pid_t l : leaders) {
+    EXPECT_FALSE(alive(l)) << "the rank's session leader " << l << " survived (" << how << ")";
+    kill(l, SIGKILL);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Launcher, SetsidDescendants, ::testing::Values("exit", "term", "kill-accrun", "kill-agent"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
 // ------------------------------------------------------------- output
 
 TEST(Launcher, TaggedLinesFromFourRanksStayWhole) {
