@@ -1,5 +1,5 @@
 // The sweep of stale job directories and the owner lock that marks a live
-// job (launcher/src/janitor.hpp).  Each test works in its own temporary
+// job (launcher/src/agent/janitor.hpp).  Each test works in its own temporary
 // roots, never in the real /tmp or /dev/shm.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -15,7 +15,7 @@
 #include <fstream>
 #include <string>
 
-#include "janitor.hpp"
+#include "agent/janitor.hpp"
 
 namespace fs = std::filesystem;
 using accrun::launcher::hold_owner_lock;

@@ -27,7 +27,8 @@
 #include "accrun/commands.hpp"
 #include "accrun/detect.hpp"
 #include "accrun/hostfile.hpp"
-#include "accrun/node_daemon.hpp"
+#include "agent/node_daemon.hpp"
+#include "agent/upstream.hpp"
 #include "controller/launch_agent.hpp"
 #include "iof.hpp"
 #include "controller/protocol.hpp"
@@ -43,7 +44,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxDescription = 64 << 20;  // 100,000 hosts' names fit
 constexpr auto kReadTimeout = std::chrono::seconds(30);
-constexpr auto kControllerSilence = std::chrono::seconds(4);
 
 void say(const std::string& host, const std::string& line) {
   std::string s = "accrun: agent on " + host + ": " + line + "\n";
@@ -95,178 +95,6 @@ Result<int> connect_controller(const AgentLaunch& launch, const wire::Secret& se
   }
   return remote_error("cannot reach the controller: " + errors);
 }
-
-// Sends one frame whole; waits while the socket is full (backpressure from
-// the controller reaches the ranks through their output pipes).
-bool send_frame(int fd, uint16_t type, std::string_view payload) {
-  std::string f = wire::encode_frame(type, payload);
-  return write_all(fd, f.data(), f.size());
-}
-
-// The daemon's link to the controller while this host's ranks run.
-class AgentUpstream final : public Upstream, public JobDirectory {
- public:
-  explicit AgentUpstream(int fd) : fd_(fd) {}
-  int fd() const override { return fd_; }
-  JobDirectory* directory() override { return this; }
-
-  void publish(int rank, std::vector<std::pair<std::string, std::string>> packed,
-               std::function<void(int)> done) override {
-    uint64_t id = ++next_id_;
-    status_waiters_[id] = std::move(done);
-    wire::Writer w;
-    w.u64(id);
-    w.u32(static_cast<uint32_t>(rank));
-    w.u32(static_cast<uint32_t>(packed.size()));
-    for (const auto& [key, value] : packed) {
-      w.str(key);
-      w.bytes(value.data(), value.size());
-    }
-    post(msg::kPublish, w.data());
-  }
-  void lookup(int rank, std::vector<std::string> keys, bool wait, size_t wait_count, double timeout_s,
-              std::function<void(int, std::vector<DirectoryEntry>)> done) override {
-    uint64_t id = ++next_id_;
-    lookup_waiters_[id] = std::move(done);
-    wire::Writer w;
-    w.u64(id);
-    w.u32(static_cast<uint32_t>(rank));
-    w.string_vector(keys);
-    w.boolean(wait);
-    w.u32(static_cast<uint32_t>(wait_count));
-    w.f64(timeout_s);
-    post(msg::kLookup, w.data());
-  }
-  void unpublish(int rank, std::vector<std::string> keys, std::function<void(int)> done) override {
-    uint64_t id = ++next_id_;
-    status_waiters_[id] = std::move(done);
-    wire::Writer w;
-    w.u64(id);
-    w.u32(static_cast<uint32_t>(rank));
-    w.string_vector(keys);
-    post(msg::kUnpublish, w.data());
-  }
-  bool on_readable(DaemonControl& daemon) override {
-    char buf[65536];
-    ssize_t got = recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
-    if (got < 0 && (errno == EINTR || errno == EAGAIN)) return true;
-    if (got <= 0) return false;
-    std::vector<wire::Frame> frames;
-    if (Status s = decoder_.feed(buf, static_cast<size_t>(got), frames); !s) return false;
-    heard();
-    for (auto& f : frames) {
-      wire::Reader r(f.payload);
-      if (f.type == msg::kSignal) {
-        auto sig = r.i32("signal");
-        // After Ctrl-Z the controller stops itself until fg: its silence
-        // then is no sign of a lost host.
-        if (sig && *sig == SIGTSTP) stopped_ = true;
-        if (sig && *sig == SIGCONT) stopped_ = false;
-        if (sig) daemon.terminate(*sig);
-      } else if (f.type == msg::kOutputClosed) {
-        auto stream = r.u8("output closed: stream");
-        auto err = r.i32("output closed: errno");
-        if (!stream || !err) return false;
-        daemon.output_closed(*stream, *err);
-      } else if (f.type == msg::kFenceDone) {
-        auto sig = r.str("fence: signature");
-        auto ok = r.boolean("fence: ok");
-        auto all = r.bytes("fence: data");
-        if (!sig || !ok || !all) return false;
-        auto& q = fences_[*sig];
-        if (q.empty()) return false;
-        auto done = std::move(q.front());
-        q.pop_front();
-        done(*ok, std::move(*all));
-      } else if (f.type == msg::kPublishDone || f.type == msg::kUnpublishDone) {
-        auto id = r.u64("directory: id");
-        auto st = r.i32("directory: status");
-        if (!id || !st) return false;
-        auto it = status_waiters_.find(*id);
-        if (it == status_waiters_.end()) return false;
-        auto done = std::move(it->second);
-        status_waiters_.erase(it);
-        done(*st);
-      } else if (f.type == msg::kLookupDone) {
-        auto id = r.u64("lookup: id");
-        auto st = r.i32("lookup: status");
-        auto n = r.u32("lookup: count");
-        if (!id || !st || !n || *n > f.payload.size()) return false;
-        std::vector<DirectoryEntry> found;
-        for (uint32_t i = 0; i < *n; ++i) {
-          auto key = r.str("lookup: key");
-          auto rank = r.u32("lookup: rank");
-          auto value = r.bytes("lookup: value");
-          if (!key || !rank || !value) return false;
-          found.push_back({*key, static_cast<int>(*rank), std::move(*value)});
-        }
-        auto it = lookup_waiters_.find(*id);
-        if (it == lookup_waiters_.end()) return false;
-        auto done = std::move(it->second);
-        lookup_waiters_.erase(it);
-        done(*st, std::move(found));
-      } else if (f.type == msg::kShutdown) {
-        return false;
-      }
-    }
-    return true;
-  }
-  void output(int stream, const char* data, size_t n) override {
-    wire::Writer w;
-    w.u8(static_cast<uint8_t>(stream));
-    w.bytes(data, n);
-    post(msg::kOutput, w.data());
-  }
-  void rank_failed(int rank, int status, const std::string& text) override {
-    wire::Writer w;
-    w.u32(static_cast<uint32_t>(rank));
-    w.i32(status);
-    w.str(text);
-    post(msg::kRankFailed, w.data());
-  }
-  void fence(const std::string& signature, std::string blob,
-             std::function<void(bool, std::string)> done) override {
-    fences_[signature].push_back(std::move(done));
-    wire::Writer w;
-    w.str(signature);
-    w.bytes(blob.data(), blob.size());
-    post(msg::kFence, w.data());
-  }
-  bool tick() override {
-    auto now = Clock::now();
-    if (now - last_beat_ >= std::chrono::seconds(1)) {
-      last_beat_ = now;
-      post(msg::kHeartbeat, "");
-    }
-    // The controller beats every second too: silence means its host or
-    // the network between us is gone.
-    return stopped_ || now - last_heard_ < kControllerSilence;
-  }
-  void heard() { last_heard_ = Clock::now(); }
-  // Sends one frame; a send that had to wait ended because the controller
-  // read, which is word from it too.
-  void post(uint16_t type, std::string_view payload) {
-    auto t = Clock::now();
-    send_frame(fd_, type, payload);
-    if (Clock::now() - t > std::chrono::milliseconds(200)) heard();
-  }
-  void beat_now() {
-    last_beat_ = Clock::now();
-    post(msg::kHeartbeat, "");
-  }
-  wire::FrameDecoder& decoder() { return decoder_; }
-
- private:
-  int fd_;
-  wire::FrameDecoder decoder_;
-  std::map<std::string, std::deque<std::function<void(bool, std::string)>>> fences_;
-  Clock::time_point last_beat_{};
-  Clock::time_point last_heard_ = Clock::now();
-  bool stopped_ = false;
-  uint64_t next_id_ = 0;
-  std::map<uint64_t, std::function<void(int)>> status_waiters_;
-  std::map<uint64_t, std::function<void(int, std::vector<DirectoryEntry>)>> lookup_waiters_;
-};
 
 
 // This host's inventory under the job's overrides, as one-host JSON; or the
@@ -346,8 +174,10 @@ int serve(int fd, const std::string& me, char** envp, std::vector<LaunchProcess>
         if (cfg.inherited.count("HWLOC_XMLFILE") != 0) cfg.bind = false;
         struct stat st;
         if (cfg.wdir && cfg.wdir_soft && (stat(cfg.wdir->c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) cfg.wdir.reset();
-        // Standard input stays with accrun on the launching host.
-        if (!local) cfg.stdin_mode = StdinMode::kNone;
+        // Standard input comes from accrun on the launching host: read
+        // there and pushed (a job across hosts), or read by this host's
+        // agent itself (one host).
+        if (!local && !cfg.stdin_pushed) cfg.stdin_mode = StdinMode::kNone;
         // This host's agent hears the terminal's signals through the
         // controller only (it shares accrun's process group).
         cfg.own_signals = !local;

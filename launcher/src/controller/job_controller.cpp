@@ -2,6 +2,7 @@
 #include "controller/job_controller.hpp"
 
 #include <pmix_common.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/random.h>
@@ -20,11 +21,11 @@
 #include "accrun/commands.hpp"
 #include "accrun/hostfile.hpp"
 #include "accrun/log.hpp"
-#include "accrun/node_daemon.hpp"
+#include "agent/node_daemon.hpp"
 #include "controller/agents.hpp"
 #include "controller/protocol.hpp"
 #include "iof.hpp"
-#include "pmix_host.hpp"
+#include "agent/pmix_server.hpp"
 #include "wire/codec.hpp"
 
 namespace accrun::launcher {
@@ -87,6 +88,12 @@ class Controller {
   bool output_lost_[2] = {false, false};  // stdout, stderr could not be written
   int interrupts_ = 0;
   std::optional<Clock::time_point> deadline_;
+  // Standard input, across hosts: read here, pushed to the agents whose
+  // ranks take it, at most kStdinWindow bytes ahead of each.
+  bool stdin_open_ = false;
+  std::map<int, size_t> stdin_in_flight_;  // agent -> bytes sent, not yet taken
+  bool stdin_has_room() const;
+  void forward_stdin();
   // Fences: per signature, rounds in order; each agent's k-th contribution
   // with a signature belongs to round k.
   struct Round {
@@ -321,6 +328,17 @@ int Controller::launch() {
   cfg.output_dir = options_.output_dir;
   cfg.stdin_mode = options_.stdin_mode;
   cfg.stdin_rank = options_.stdin_rank;
+  // This host only: its agent, forked here, reads accrun's stdin itself (a
+  // file is handed to the ranks as it is).  Otherwise this process reads it
+  // and pushes it to the agents whose ranks take it.
+  if (!planned_ && options_.stdin_mode != StdinMode::kNone && fcntl(0, F_GETFD) >= 0) {
+    cfg.stdin_pushed = true;
+    for (const auto& r : plan_.ranks) {
+      if (options_.stdin_mode == StdinMode::kRank && r.rank != options_.stdin_rank) continue;
+      stdin_in_flight_[agent_of_host_[static_cast<size_t>(r.host)]] = 0;
+    }
+    stdin_open_ = !stdin_in_flight_.empty();
+  }
   cfg.kill_grace_s = options_.kill_grace_s;
   // Every agent ends its ranks at --timeout, as counted from the launch
   // (they get it at the same moment), and says which were still running.
@@ -473,6 +491,13 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       if (status && *status != 0) fail(*status);
       return;
     }
+    case msg::kStdinTaken: {
+      auto n = r.u64("stdin taken");
+      if (!n) return on_lost(agent, "sent a malformed stdin acknowledgement");
+      auto it = stdin_in_flight_.find(agent);
+      if (it != stdin_in_flight_.end()) it->second -= std::min<size_t>(it->second, *n);
+      return;
+    }
     case msg::kHeartbeat:
     case msg::kLaunchExited:
       return;
@@ -483,6 +508,28 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
     default:
       return on_lost(agent, "sent an unexpected message (type " + std::to_string(f.type) + ")");
   }
+}
+
+bool Controller::stdin_has_room() const {
+  for (const auto& [a, n] : stdin_in_flight_)
+    if (!done_[static_cast<size_t>(a)] && n >= msg::kStdinWindow) return false;
+  return true;
+}
+
+void Controller::forward_stdin() {
+  char buf[65536];
+  ssize_t n = read(0, buf, sizeof buf);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  bool end = n <= 0;
+  wire::Writer w;
+  w.boolean(end);
+  w.bytes(buf, end ? 0 : static_cast<size_t>(n));
+  for (auto& [a, sent] : stdin_in_flight_) {
+    if (done_[static_cast<size_t>(a)]) continue;
+    agents_->send(a, msg::kStdin, w.data());
+    sent += end ? 0 : static_cast<size_t>(n);
+  }
+  if (end) stdin_open_ = false;
 }
 
 int Controller::loop() {
@@ -500,6 +547,9 @@ int Controller::loop() {
     std::vector<pollfd> fds;
     std::vector<int> who;
     fds.push_back({sigfd, POLLIN, 0});
+    who.push_back(-1);
+    bool want_stdin = stdin_open_ && stdin_has_room();
+    fds.push_back({want_stdin ? 0 : -1, POLLIN, 0});
     who.push_back(-1);
     for (size_t a = 0; a < done_.size(); ++a) {
       if (done_[a]) continue;
@@ -528,7 +578,8 @@ int Controller::loop() {
         }
       }
     }
-    for (size_t i = 1; i < fds.size(); ++i) {
+    if (fds[1].revents) forward_stdin();
+    for (size_t i = 2; i < fds.size(); ++i) {
       if (!fds[i].revents) continue;
       int a = who[i];
       auto frames = agents_->receive(a);

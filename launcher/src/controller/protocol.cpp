@@ -27,6 +27,7 @@ std::string encode_launch(int host, const Plan& plan, const RunConfig& config) {
   w.str(config.output_dir.value_or(""));
   w.u8(static_cast<uint8_t>(config.stdin_mode));
   w.i32(config.stdin_rank);
+  w.boolean(config.stdin_pushed);
   w.f64(config.kill_grace_s);
   w.f64(config.timeout_s);
   w.u8(static_cast<uint8_t>(config.on_failure));
@@ -95,6 +96,7 @@ Result<Launch> decode_launch(std::string_view payload) {
   if (mode > static_cast<uint8_t>(StdinMode::kRank)) return invalid_argument("launch: bad stdin mode");
   c.stdin_mode = static_cast<StdinMode>(mode);
   ACCRUN_READ(c.stdin_rank, r.i32("launch: stdin rank"));
+  ACCRUN_READ(c.stdin_pushed, r.boolean("launch: stdin pushed"));
   ACCRUN_READ(c.kill_grace_s, r.f64("launch: kill grace"));
   ACCRUN_READ(c.timeout_s, r.f64("launch: timeout"));
   if (!(c.timeout_s >= 0)) return invalid_argument("launch: bad timeout");

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "accrun/node_daemon.hpp"
+#include "agent/node_daemon.hpp"
 #include "accrun/plan.hpp"
 #include "accrun/status.hpp"
 
@@ -70,7 +70,17 @@ enum Type : uint16_t {
   // file is full); the agent closes its ranks' pipes of it, so a rank that
   // writes there gets SIGPIPE, as in a shell pipeline.
   kOutputClosed = 18,
+  // controller → agent: bool end, bytes: accrun's standard input for the
+  // agent's ranks that take it (RunConfig::stdin_pushed); after `end`,
+  // nothing more.  The controller has at most kStdinWindow bytes sent and
+  // not yet taken per agent.
+  kStdin = 19,
+  // agent → controller: u64 n: n more bytes of stdin reached every local
+  // rank that takes it (or nobody takes them any more).
+  kStdinTaken = 20,
 };
+
+constexpr size_t kStdinWindow = 1 << 20;
 
 // kLaunch: the host this agent runs (an index into plan.hosts), the plan
 // as the daemon needs it (host names; each rank's host, CPUs and

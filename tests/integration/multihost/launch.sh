@@ -92,6 +92,25 @@ check "| head -1 ends the job with 141" "^141$" "${PIPESTATUS[0]}"
 check "and says why" "cannot write the ranks' standard output" "$(cat "$state/scratch/pipe.err")"
 nothing_left "| head -1" "yes"
 
+# 7c. Standard input reaches a rank on another host whole, with
+# backpressure (3 MB through a 1 MiB window), or every rank with --stdin all.
+head -c 3000000 /dev/urandom >"$state/scratch/in.bin"
+want=$(md5sum <"$state/scratch/in.bin" | cut -d' ' -f1)
+out=$("$accrun" -n 4 -H h1:2,h2:2 --launch-agent "$agent" --stdin 3 sh -c 'sleep 0.5; echo "$(hostname) $ACCRUN_RANK $(md5sum)"' <"$state/scratch/in.bin" 2>&1)
+check "stdin reaches rank 3 on h2 whole" "^h2 3 $want" "$out"
+check "and no other rank" "^h1 0 d41d8cd98f00b204e9800998ecf8427e" "$out"
+out=$("$accrun" -n 3 -H h1:1,h2:1,h3:1 --launch-agent "$agent" --stdin all sh -c 'echo "$(hostname) $(md5sum)"' <"$state/scratch/in.bin" 2>&1)
+[ "$(grep -c " $want" <<<"$out")" = 3 ] && ok "--stdin all: every host's rank gets it whole" || bad "--stdin all across hosts" "$out"
+out=$(seq 1 300000 | "$accrun" -n 2 -H h1:1,h2:1 --launch-agent "$agent" --stdin 1 sh -c 'head -1' 2>&1)
+check "a rank that stops reading its stdin ends normally" "^1$" "$out"
+rm -f "$state/scratch/in.bin"
+
+# 7d. A rank's descendant that starts a new session dies with the job on
+# its host.
+out=$("$accrun" -n 2 -H h2:1,h3:1 --launch-agent "$agent" sh -c 'setsid sleep 611 </dev/null >/dev/null 2>&1 & sleep 0.3' 2>&1)
+check "setsid job exits 0" "^$" "$out"
+nothing_left "a rank's setsid descendant" "sleep 611"
+
 # 8. The job ends within 5 s, however it is ended.
 ends() {  # ends NAME SECONDS-BUDGET ACTION: starts a sleeping job, runs ACTION (with $job set), times the end
   local name=$1 budget=$2 action=$3

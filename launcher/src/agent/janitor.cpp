@@ -1,5 +1,5 @@
 // Job directories and the janitor: see janitor.hpp.
-#include "janitor.hpp"
+#include "agent/janitor.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

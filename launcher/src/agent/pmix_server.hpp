@@ -1,4 +1,4 @@
-// pmix_host.hpp — the node daemon's PMIx server (DESIGN.md §4, accrun(7)
+// pmix_server.hpp — the node agent's PMIx server (DESIGN.md §4, accrun(7)
 // "THE LAUNCHER AND THE RUNTIME").  Wraps the OpenPMIx server library: init,
 // the job's namespace, its clients, and the host upcalls.  Upcalls arrive on
 // PMIx's progress thread; they only copy their arguments into an UpcallQueue
@@ -20,7 +20,7 @@
 #include <pmix.h>
 #include <pmix_server.h>
 
-#include "accrun/node_daemon.hpp"
+#include "agent/node_daemon.hpp"
 #include "accrun/plan.hpp"
 #include "accrun/status.hpp"
 
@@ -99,19 +99,19 @@ class PmixServer {
                       const std::string& host, const std::string& text,
                       std::function<void()> done);
 
-  // Across hosts: fences go to `router` with their signature ("*" for the
-  // whole job, else the ranks, ascending and comma-separated) and this
-  // host's contribution; the router calls back with every host's.  Without
-  // one, a fence completes with this host's data alone (one host).
+  // Fences go to `router` with their signature ("*" for the whole job, else
+  // the ranks, ascending and comma-separated) and this host's
+  // contribution; the router calls back with every participating host's.
+  // (The node daemon's router completes a fence whose ranks are all on this
+  // host at once, and sends the others to the job controller.)
   using FenceDone = std::function<void(bool ok, std::string all)>;
   using FenceRouter = std::function<void(const std::string& signature, std::string blob, FenceDone done)>;
   void set_fence_router(FenceRouter router) { fence_router_ = std::move(router); }
   const FenceRouter& fence_router() const { return fence_router_; }
 
-  // Across hosts: the job's name directory lives with the job controller.
-  // Values travel packed (pack_value/unpack_value); a lookup's answer lists
-  // (key, publisher rank, packed value).  Without a router the directory is
-  // this server's own (one host).
+  // The job's name directory lives with the job controller, for one host
+  // as for many.  Values travel packed (pack_value/unpack_value); a lookup's
+  // answer lists (key, publisher rank, packed value).
   using Found = DirectoryEntry;
   using DirectoryRouter = JobDirectory;
   // Keys any rank may unpublish: the object store's (accrun_delete(3) lets
@@ -120,11 +120,6 @@ class PmixServer {
   static bool anyone_may_unpublish(const std::string& key) { return key.rfind("accrun.s/", 0) == 0; }
   void set_directory_router(DirectoryRouter* router) { directory_router_ = router; }
   static Result<std::string> pack_value(const pmix_value_t& value);
-
-  // Lookups waiting with PMIX_TIMEOUT: the earliest deadline, if any, and
-  // expiring those that are due.
-  std::optional<std::chrono::steady_clock::time_point> next_deadline() const;
-  void expire(std::chrono::steady_clock::time_point now);
 
   // Event-loop side of the upcalls (called through the queue).
   struct PendingLookup;
@@ -137,7 +132,6 @@ class PmixServer {
 
  private:
   PmixServer(UpcallQueue* queue, ClientEvents* events) : queue_(queue), events_(events) {}
-  bool try_complete(PendingLookup& lookup, bool final);
 
   UpcallQueue* queue_;
   ClientEvents* events_;
@@ -145,9 +139,6 @@ class PmixServer {
   void* topology_ = nullptr;            // hwloc_topology_t, alive until after finalize
   pmix_topology_t pmix_topology_{};
   std::string nspace_;
-  // The job's name directory: key -> (publisher rank, value).
-  std::map<std::string, std::pair<int, std::shared_ptr<pmix_value_t>>> directory_;
-  std::vector<std::shared_ptr<PendingLookup>> waiting_;
   FenceRouter fence_router_;
   DirectoryRouter* directory_router_ = nullptr;
 };

@@ -3,7 +3,7 @@
 // (SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2), the PMIx upcall
 // queue's eventfd, the ranks' output pipes and stdin; deadlines (--timeout,
 // --kill-grace, lookups with PMIX_TIMEOUT) are epoll timeouts.
-#include "accrun/node_daemon.hpp"
+#include "agent/node_daemon.hpp"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -33,42 +33,15 @@
 #include "accrun/log.hpp"
 #include "iof.hpp"
 #include "agent/descendants.hpp"
-#include "janitor.hpp"
-#include "pmix_host.hpp"
+#include "agent/janitor.hpp"
+#include "agent/pmix_server.hpp"
+#include "agent/spawn.hpp"
+#include "agent/stdin_forwarder.hpp"
 
 namespace accrun::launcher {
 
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
-// Variables that describe one Slurm step's task (an agent started by srun
-// is task 0 of a step of one); a rank that saw them would take itself for
-// that task.  The job's own (SLURM_JOB_ID, SLURM_JOB_NODELIST, ...) stay.
-bool slurm_task_variable(const std::string& k) {
-  if (k.rfind("SLURM_", 0) != 0) return false;
-  if (k.rfind("SLURM_STEP_", 0) == 0 || k.rfind("SLURM_SRUN_COMM_", 0) == 0 || k.rfind("SLURM_CPU_BIND", 0) == 0)
-    return true;
-  static const char* const kTask[] = {"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_TASK_PID",
-                                      "SLURM_GTIDS", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE",
-                                      "SLURM_STEPID", "SLURM_DISTRIBUTION", "SLURM_LAUNCH_NODE_IPADDR",
-                                      "SLURM_PRIO_PROCESS", "SLURM_UMASK", "SLURM_NNODES", "SLURM_NODELIST",
-                                      "SLURM_STEP_NUM_TASKS", "SLURM_CPUS_ON_NODE"};
-  for (const char* t : kTask)
-    if (k == t) return true;
-  return false;
-}
-
-}  // namespace
-
-Env filter_inherited(const Env& inherited) {
-  Env out;
-  for (const auto& [k, v] : inherited) {
-    if (k.rfind("PMIX_", 0) == 0 || k.rfind("OMPI_", 0) == 0 || slurm_task_variable(k)) continue;
-    out[k] = v;
-  }
-  return out;
-}
 
 namespace {
 
@@ -118,122 +91,6 @@ std::string rank_ranges(const std::vector<int>& ranks) {
   return out;
 }
 
-// Parses an hwloc list string ("0-3,8") into a CPU set; false if malformed.
-bool parse_cpus(const std::string& list, cpu_set_t* set) {
-  CPU_ZERO(set);
-  size_t pos = 0;
-  while (pos < list.size()) {
-    size_t end = list.find(',', pos);
-    if (end == std::string::npos) end = list.size();
-    std::string part = list.substr(pos, end - pos);
-    int a = 0, b = 0;
-    if (std::sscanf(part.c_str(), "%d-%d", &a, &b) == 2) {
-    } else if (std::sscanf(part.c_str(), "%d", &a) == 1) {
-      b = a;
-    } else {
-      return false;
-    }
-    if (a < 0 || b < a || b >= CPU_SETSIZE) return false;
-    for (int c = a; c <= b; ++c) CPU_SET(c, set);
-    pos = end + 1;
-  }
-  return CPU_COUNT(set) > 0;
-}
-
-// Finds `program` the way execvp would, in `path` (relative names with a
-// slash are taken relative to `wdir`).  Returns the path to exec, or the
-// exit status (127 not found, 126 not executable) and a message.
-struct Resolved {
-  std::string path;
-  int status = 0;
-  std::string message;
-};
-Resolved resolve_program(const std::string& program, const std::string& path,
-                         const std::optional<std::string>& wdir) {
-  Resolved r;
-  auto check = [&](const std::string& candidate) -> int {
-    struct stat st;
-    if (stat(candidate.c_str(), &st) != 0) return 127;
-    if (S_ISDIR(st.st_mode) || access(candidate.c_str(), X_OK) != 0) return 126;
-    return 0;
-  };
-  if (program.find('/') != std::string::npos) {
-    std::string candidate = program;
-    if (program[0] != '/' && wdir) candidate = *wdir + "/" + program;
-    r.status = check(candidate);
-    r.path = candidate;
-    if (r.status == 127) r.message = "'" + program + "': no such file";
-    if (r.status == 126) r.message = "'" + program + "' is not an executable file (permission denied)";
-    return r;
-  }
-  int best = 127;
-  size_t pos = 0;
-  std::string first_denied;
-  while (pos <= path.size()) {
-    size_t end = path.find(':', pos);
-    if (end == std::string::npos) end = path.size();
-    std::string dir = path.substr(pos, end - pos);
-    if (dir.empty()) dir = ".";
-    std::string candidate = dir + "/" + program;
-    int s = check(candidate);
-    if (s == 0) {
-      r.path = candidate;
-      return r;
-    }
-    if (s == 126 && first_denied.empty()) {
-      best = 126;
-      first_denied = candidate;
-    }
-    pos = end + 1;
-  }
-  r.status = best;
-  r.message = best == 126 ? "'" + first_denied + "' is not executable (permission denied)"
-                          : "'" + program + "': command not found in PATH";
-  return r;
-}
-
-// The interpreter a "#!" script names (as the kernel reads it: up to the
-// first blank or newline), or "" if `path` is not such a script.
-std::string script_interpreter(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";
-  char buf[256];
-  ssize_t n = read(fd, buf, sizeof buf);
-  close(fd);
-  if (n < 2 || buf[0] != '#' || buf[1] != '!') return "";
-  auto end = static_cast<size_t>(n);
-  size_t i = 2;
-  while (i < end && (buf[i] == ' ' || buf[i] == '\t')) ++i;
-  size_t j = i;
-  while (j < end && buf[j] != ' ' && buf[j] != '\t' && buf[j] != '\n' && buf[j] != '\0') ++j;
-  return std::string(buf + i, j - i);
-}
-
-// Whether the "#!" interpreter of `path` (a file that exists) is missing or
-// not executable, as execve would find: then the exit status shells give
-// (bash: 127 missing, 126 not executable) and a message naming `program`
-// and the interpreter.  Status 0 if there is nothing wrong with it.
-Resolved check_interpreter(const std::string& program, const std::string& path,
-                           const std::optional<std::string>& wdir) {
-  Resolved r;
-  std::string interp = script_interpreter(path);
-  if (interp.empty()) return r;
-  // A relative interpreter is taken from the rank's working directory.
-  std::string where = interp[0] == '/' || !wdir ? interp : *wdir + "/" + interp;
-  struct stat st;
-  int err = 0;
-  if (stat(where.c_str(), &st) != 0) {
-    err = errno;
-  } else if (S_ISDIR(st.st_mode)) {
-    err = EACCES;
-  } else if (access(where.c_str(), X_OK) != 0) {
-    err = errno;
-  }
-  if (err == 0) return r;
-  r.status = err == ENOENT || err == ENOTDIR ? 127 : 126;
-  r.message = "'" + program + "': bad interpreter '" + interp + "': " + std::strerror(err);
-  return r;
-}
 
 std::string signal_name(int sig) {
   const char* d = strsignal(sig);
@@ -263,65 +120,9 @@ struct OutStream {
   std::unique_ptr<LineAssembler> lines;
 };
 
-struct StdinTarget {
-  size_t index = 0;  // in Daemon::stdin_targets_ (the epoll tag)
-  int fd = -1;
-  size_t offset = 0;
-  bool want_out = false;
-};
-
-// Everything a child needs, prepared before fork so that the child calls
-// only async-signal-safe functions.
-struct ChildSpec {
-  std::vector<std::string> env_storage;
-  std::vector<char*> envp;
-  int in_fd = -1;
-  int out_fd = -1;
-  int err_fd = -1;
-  bool bind = false;
-  cpu_set_t cpus;
-};
-
-// What a child that failed before execve left behind (it shares our memory).
-struct ExecReport {
-  volatile int stage = 0;  // 0 exec'd, 1 chdir failed, 2 execve failed
-  volatile int err = 0;
-};
-
-// Starts one rank and returns its pid once it has exec'd (or failed to).
-// Only async-signal-safe calls in the child, which runs on our memory.
-__attribute__((noinline)) pid_t spawn_child(const char* path, char* const* argv, const ChildSpec& c,
-                                            const char* wdir, pid_t parent, ExecReport* report) {
-  pid_t pid = vfork();
-  if (pid != 0) return pid;
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  // Default dispositions for what accrun forwards or ignores: a shell that
-  // started accrun in the background leaves SIGINT ignored, and an ignored
-  // signal stays ignored across execve (ranks would not see Ctrl-C).
-  for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2, SIGTSTP}) signal(s, SIG_DFL);
-  setpgid(0, 0);
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(127);  // accrun died before the line above
-  dup2(c.in_fd, 0);
-  dup2(c.out_fd, 1);
-  dup2(c.err_fd, 2);
-  if (c.bind) sched_setaffinity(0, sizeof c.cpus, &c.cpus);
-  if (wdir != nullptr && chdir(wdir) != 0) {
-    report->err = errno;
-    report->stage = 1;
-    _exit(126);
-  }
-  execve(path, argv, c.envp.data());
-  report->err = errno;
-  report->stage = 2;
-  _exit(127);
-}
-
 class Daemon final : public ClientEvents, public DaemonControl {
  public:
-  Daemon(const Plan& plan, const RunConfig& config) : plan_(plan), cfg_(config) {}
+  Daemon(const Plan& plan, const RunConfig& config) : plan_(plan), cfg_(config), up_(config.upstream) {}
   ~Daemon() override;
   int run();
 
@@ -346,16 +147,20 @@ class Daemon final : public ClientEvents, public DaemonControl {
   void read_output(OutStream& s);
   void close_stream(OutStream& s);
   void output_failed(OutKind kind, int err, bool said = false);
+  void stdin_data(std::string data) override {
+    if (stdin_) stdin_->push(std::move(data));
+  }
+  void stdin_end() override {
+    if (stdin_) stdin_->push_end();
+  }
   void output_closed(int stream, int err) override {
     output_failed(stream == 1 ? OutKind::kStdout : OutKind::kStderr, err, true);
   }
   int prepare_output_dir();
-  void stdin_readable();
-  void stdin_writable(StdinTarget& t);
-  void close_target(StdinTarget& t);
-  void update_stdin_interest();
   int running_count() const;
   std::vector<int> running_ranks() const;
+  // Whether every rank a fence signature names ("*": the job) is on this host.
+  bool all_here(const std::string& signature) const;
   // Children that are not the job's: the janitor and what the process had
   // before the job (an agent's launch agents for its part of the tree).
   std::vector<pid_t> not_ours() const {
@@ -366,6 +171,7 @@ class Daemon final : public ClientEvents, public DaemonControl {
 
   const Plan& plan_;
   const RunConfig& cfg_;
+  Upstream* up_;  // the job controller: never null
   Clock::time_point t0_ = Clock::now();
   std::string jobid_;
   std::string rendezvous_;
@@ -387,11 +193,7 @@ class Daemon final : public ClientEvents, public DaemonControl {
   std::map<int, RankState> ranks_;      // by global rank
   std::map<pid_t, int> pid_rank_;
   std::vector<std::unique_ptr<OutStream>> streams_;
-  std::vector<std::unique_ptr<StdinTarget>> stdin_targets_;
-  std::string stdin_chunk_;
-  bool stdin_eof_ = false;
-  bool stdin_polled_ = false;
-  bool stdin_in_epoll_ = false;
+  std::unique_ptr<StdinForwarder> stdin_;  // when local ranks take accrun's stdin
   std::vector<int> output_files_;      // --output-dir: each local rank's stdout, stderr
   bool output_broken_[2] = {false, false};  // by OutKind: writing accrun's output failed
   int output_errno_ = 0;               // the first such failure's errno
@@ -412,8 +214,6 @@ constexpr uint64_t kTagSignal = 1, kTagQueue = 2, kTagStdin = 3, kTagUpstream = 
 Daemon::~Daemon() {
   for (auto& s : streams_)
     if (s->fd >= 0) close(s->fd);
-  for (auto& t : stdin_targets_)
-    if (t->fd >= 0) close(t->fd);
   for (int fd : output_files_)
     if (fd >= 0) close(fd);
   if (sigfd_ >= 0) close(sigfd_);
@@ -426,6 +226,19 @@ Daemon::~Daemon() {
 RankState* Daemon::state_of(int rank) {
   auto it = ranks_.find(rank);
   return it == ranks_.end() ? nullptr : &it->second;
+}
+
+bool Daemon::all_here(const std::string& signature) const {
+  if (signature == "*") return plan_.hosts.size() == 1;
+  for (size_t pos = 0; pos < signature.size();) {
+    size_t comma = signature.find(',', pos);
+    if (comma == std::string::npos) comma = signature.size();
+    long r = std::strtol(signature.c_str() + pos, nullptr, 10);
+    if (r < 0 || static_cast<size_t>(r) >= plan_.ranks.size() || plan_.ranks[static_cast<size_t>(r)].host != cfg_.host)
+      return false;
+    pos = comma + 1;
+  }
+  return true;
 }
 
 int Daemon::running_count() const {
@@ -474,7 +287,7 @@ void Daemon::record_failure(RankState& r, int status, const std::string& kind, c
   if (!quiet) say(cfg_.err_fd, text);
   if (first) exit_code_ = status;
   // Across hosts the controller decides for the whole job.
-  if (first && cfg_.upstream) cfg_.upstream->rank_failed(r.rank, status, text);
+  if (first) up_->rank_failed(r.rank, status, text);
   bool kill = cfg_.on_failure == OnFailure::kKill;
   if (kill) {
     policy_pending_ = true;
@@ -493,7 +306,7 @@ void Daemon::record_failure(RankState& r, int status, const std::string& kind, c
 
 void Daemon::upstream_lost() {
   upstream_gone_ = true;
-  epoll_ctl(epfd_, EPOLL_CTL_DEL, cfg_.upstream->fd(), nullptr);
+  epoll_ctl(epfd_, EPOLL_CTL_DEL, up_->fd(), nullptr);
   if (running_count() > 0) say(cfg_.err_fd, "lost the job controller; killing this host's ranks");
   if (!exit_code_) exit_code_ = 1;
   terminating_ = true;
@@ -576,7 +389,6 @@ void Daemon::handle_signal(const signalfd_siginfo& si) {
     // Ctrl-Z: the ranks stop, then accrun itself, so the shell gets the
     // terminal back; fg (SIGCONT to accrun) resumes them all.
     terminate_all(SIGTSTP);
-    if (!cfg_.upstream) kill(getpid(), SIGSTOP);
     return;
   }
   ++interrupts_;
@@ -636,79 +448,6 @@ void Daemon::read_output(OutStream& s) {
   }
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
   close_stream(s);
-}
-
-void Daemon::update_stdin_interest() {
-  if (!stdin_polled_ || stdin_eof_) return;
-  bool all_drained = true;
-  for (auto& t : stdin_targets_)
-    if (t->fd >= 0 && t->offset < stdin_chunk_.size()) all_drained = false;
-  bool any_target = false;
-  for (auto& t : stdin_targets_) any_target |= t->fd >= 0;
-  bool want = all_drained && any_target;
-  if (want != stdin_in_epoll_) {
-    epoll_event ev{};
-    ev.events = want ? static_cast<uint32_t>(EPOLLIN) : 0U;
-    ev.data.u64 = kTagStdin;
-    epoll_ctl(epfd_, EPOLL_CTL_MOD, cfg_.in_fd, &ev);
-    stdin_in_epoll_ = want;
-  }
-}
-
-void Daemon::close_target(StdinTarget& t) {
-  if (t.fd < 0) return;
-  epoll_ctl(epfd_, EPOLL_CTL_DEL, t.fd, nullptr);
-  close(t.fd);
-  t.fd = -1;
-}
-
-void Daemon::stdin_writable(StdinTarget& t) {
-  while (t.fd >= 0 && t.offset < stdin_chunk_.size()) {
-    ssize_t w = write(t.fd, stdin_chunk_.data() + t.offset, stdin_chunk_.size() - t.offset);
-    if (w > 0) {
-      t.offset += static_cast<size_t>(w);
-      continue;
-    }
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno == EAGAIN) break;
-    close_target(t);  // the rank closed its stdin or is gone
-    return;
-  }
-  if (t.fd < 0) return;
-  bool want_out = t.offset < stdin_chunk_.size();
-  if (want_out != t.want_out) {
-    epoll_event ev{};
-    ev.events = want_out ? static_cast<uint32_t>(EPOLLOUT) : 0U;
-    ev.data.u64 = kTagTarget | t.index;
-    epoll_ctl(epfd_, EPOLL_CTL_MOD, t.fd, &ev);
-    t.want_out = want_out;
-  }
-  if (stdin_eof_ && !want_out) close_target(t);
-}
-
-void Daemon::stdin_readable() {
-  // A chunk some rank has not taken yet must not be overwritten: a readiness
-  // already reported in this epoll round can arrive after the interest in
-  // stdin was dropped (that lost a whole chunk of forwarded input).
-  for (const auto& t : stdin_targets_)
-    if (t->fd >= 0 && t->offset < stdin_chunk_.size()) return;
-  char buf[65536];
-  ssize_t n = read(cfg_.in_fd, buf, sizeof buf);
-  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
-  if (n <= 0) {
-    stdin_eof_ = true;
-    epoll_ctl(epfd_, EPOLL_CTL_DEL, cfg_.in_fd, nullptr);
-    stdin_in_epoll_ = false;
-    for (auto& t : stdin_targets_)
-      if (t->offset >= stdin_chunk_.size()) close_target(*t);
-    return;
-  }
-  stdin_chunk_.assign(buf, static_cast<size_t>(n));
-  for (size_t i = 0; i < stdin_targets_.size(); ++i) {
-    stdin_targets_[i]->offset = 0;
-    stdin_writable(*stdin_targets_[i]);
-  }
-  update_stdin_interest();
 }
 
 int Daemon::run() {
@@ -876,7 +615,7 @@ int Daemon::setup_and_spawn() {
   }
   janitor_ = std::move(*jan);
   trace(t0_, "janitor started");
-  if (cfg_.upstream) cfg_.upstream->tick();  // a slow start is not a dead host
+  up_->tick();  // a slow start is not a dead host
   for (const std::string& d : {rendezvous_, rendezvous_ + "/job", shm_dir_, shm_dir_ + "/ompi"}) {
     Status s = make_private_dir(d);
     if (!s) {
@@ -911,15 +650,17 @@ int Daemon::setup_and_spawn() {
     return 1;
   }
   pmix_ = std::move(*server);
-  if (cfg_.upstream) {
-    Upstream* up = cfg_.upstream;
-    pmix_->set_fence_router([up](const std::string& signature, std::string blob, PmixServer::FenceDone done) {
+  {
+    Upstream* up = up_;
+    pmix_->set_fence_router([this, up](const std::string& signature, std::string blob, PmixServer::FenceDone done) {
+      // A fence among ranks of this host alone needs no other host.
+      if (all_here(signature)) return done(true, std::move(blob));
       up->fence(signature, std::move(blob), std::move(done));
     });
     pmix_->set_directory_router(up->directory());
   }
   trace(t0_, "PMIx server initialised");
-  if (cfg_.upstream) cfg_.upstream->tick();  // a slow start is not a dead host
+  up_->tick();  // a slow start is not a dead host
   PmixJob job;
   job.nspace = "accrun." + jobid_;
   job.jobid = job.nspace;
@@ -940,7 +681,7 @@ int Daemon::setup_and_spawn() {
   }
 
   trace(t0_, "namespace registered");
-  if (cfg_.upstream) cfg_.upstream->tick();  // a slow start is not a dead host
+  up_->tick();  // a slow start is not a dead host
   // Count the host's processing units for OMPI_MCA_mpi_oversubscribe.
   bool oversubscribed = plan_.oversubscribed;
   if (!oversubscribed) {
@@ -956,16 +697,16 @@ int Daemon::setup_and_spawn() {
     stdin_ranks.push_back(cfg_.stdin_rank);
   bool stdin_direct = false;  // stdin cannot be polled (a file, /dev/null): hand it over
   if (!stdin_ranks.empty()) {
-    epoll_event ev{};
-    ev.events = 0;
-    ev.data.u64 = kTagStdin;
-    if (fcntl(cfg_.in_fd, F_GETFD) < 0) {
-      stdin_ranks.clear();
-    } else if (epoll_ctl(epfd_, EPOLL_CTL_ADD, cfg_.in_fd, &ev) == 0) {
-      stdin_polled_ = true;
+    stdin_ = std::make_unique<StdinForwarder>(epfd_, cfg_.in_fd, kTagStdin, kTagTarget);
+    auto mode = StdinForwarder::Mode::kPolled;
+    if (cfg_.stdin_pushed) {
+      Upstream* up = up_;
+      stdin_->attach_pushed([up](size_t n) { up->stdin_consumed(n); });
     } else {
-      stdin_direct = true;
+      mode = stdin_->attach();
     }
+    if (mode == StdinForwarder::Mode::kNone) stdin_ranks.clear();
+    stdin_direct = mode == StdinForwarder::Mode::kDirect;
   }
   int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
   std::vector<ChildSpec> specs(local_ranks_.size());
@@ -992,15 +733,9 @@ int Daemon::setup_and_spawn() {
           if (fd >= 0) close_after_fork.push_back(fd);
         }
       } else {
-        int p[2];
-        if (pipe2(p, O_CLOEXEC) != 0) return fail_setup("pipe");
-        fcntl(p[1], F_SETFL, O_NONBLOCK);
-        auto t = std::make_unique<StdinTarget>();
-        t->index = stdin_targets_.size();
-        t->fd = p[1];
-        c.in_fd = p[0];
-        close_after_fork.push_back(p[0]);
-        stdin_targets_.push_back(std::move(t));
+        c.in_fd = stdin_->add_target();
+        if (c.in_fd < 0) return fail_setup("pipe");
+        close_after_fork.push_back(c.in_fd);
       }
     }
     if (cfg_.output_dir) {
@@ -1021,16 +756,12 @@ int Daemon::setup_and_spawn() {
         s->fd = p[0];
         s->rank = r;
         s->kind = which == 0 ? OutKind::kStdout : OutKind::kStderr;
-        if (cfg_.upstream) {
-          Upstream* up = cfg_.upstream;
-          int stream = which + 1;
-          s->lines = std::make_unique<LineAssembler>(prefix, [up, stream](const char* d, size_t n) {
-            up->output(stream, d, n);
-            return true;
-          });
-        } else {
-          s->lines = std::make_unique<LineAssembler>(prefix, which == 0 ? cfg_.out_fd : cfg_.err_fd);
-        }
+        Upstream* up = up_;
+        int stream = which + 1;
+        s->lines = std::make_unique<LineAssembler>(prefix, [up, stream](const char* d, size_t n) {
+          up->output(stream, d, n);
+          return true;
+        });
         (which == 0 ? c.out_fd : c.err_fd) = p[1];
         close_after_fork.push_back(p[1]);
         streams_.push_back(std::move(s));
@@ -1073,7 +804,7 @@ int Daemon::setup_and_spawn() {
   }
 
   trace(t0_, "ranks prepared");
-  if (cfg_.upstream) cfg_.upstream->tick();  // a slow start is not a dead host
+  up_->tick();  // a slow start is not a dead host
   std::vector<std::string> args_storage = cfg_.command;
   std::vector<char*> argv;
   for (auto& a : args_storage) argv.push_back(a.data());
@@ -1133,10 +864,9 @@ int Daemon::setup_and_spawn() {
   };
   add(sigfd_, EPOLLIN, kTagSignal);
   add(queue_->fd(), EPOLLIN, kTagQueue);
-  if (cfg_.upstream) add(cfg_.upstream->fd(), EPOLLIN, kTagUpstream);
+  add(up_->fd(), EPOLLIN, kTagUpstream);
   for (size_t i = 0; i < streams_.size(); ++i) add(streams_[i]->fd, EPOLLIN, kTagStream | i);
-  for (size_t i = 0; i < stdin_targets_.size(); ++i) add(stdin_targets_[i]->fd, 0, kTagTarget | i);
-  update_stdin_interest();
+  if (stdin_) stdin_->start();
 
   trace(t0_, "ranks started");
   if (exec_failed || started != local_ranks_.size()) {
@@ -1178,14 +908,13 @@ int Daemon::loop() {
     consider(kill_deadline_);
     consider(policy_deadline_);
     consider(drain_deadline);
-    if (pmix_) consider(pmix_->next_deadline());
     int timeout_ms = -1;
     if (next) {
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - now).count();
       timeout_ms = ms < 0 ? 0 : static_cast<int>(std::min<int64_t>(ms + 1, 1 << 30));
     }
     epoll_event events[64];
-    if (cfg_.upstream && !upstream_gone_ && (timeout_ms < 0 || timeout_ms > 500)) timeout_ms = 500;
+    if (!upstream_gone_ && (timeout_ms < 0 || timeout_ms > 500)) timeout_ms = 500;
     int n = epoll_wait(epfd_, events, 64, timeout_ms);
     if (n < 0 && errno != EINTR) break;
     for (int i = 0; i < n; ++i) {
@@ -1196,25 +925,17 @@ int Daemon::loop() {
       } else if (tag == kTagQueue) {
         queue_->drain();
       } else if (tag == kTagUpstream) {
-        if (!upstream_gone_ && !cfg_.upstream->on_readable(*this)) upstream_lost();
+        if (!upstream_gone_ && !up_->on_readable(*this)) upstream_lost();
       } else if (tag == kTagStdin) {
-        stdin_readable();
+        stdin_->on_source();
       } else if (tag & kTagTarget) {
-        // A rank that closed its stdin shows as an error on our end, even
-        // with no interest set: drop it, or the loop would spin on it.
-        StdinTarget& t = *stdin_targets_[tag & 0xffffffffu];
-        if (events[i].events & (EPOLLERR | EPOLLHUP)) {
-          close_target(t);
-        } else {
-          stdin_writable(t);
-        }
-        update_stdin_interest();
+        stdin_->on_target(tag & 0xffffffffu, events[i].events);
       } else if (tag & kTagStream) {
         OutStream& s = *streams_[tag & 0xffffffffu];
         if (s.fd >= 0) read_output(s);
       }
     }
-    if (cfg_.upstream && !upstream_gone_ && !cfg_.upstream->tick()) upstream_lost();
+    if (!upstream_gone_ && !up_->tick()) upstream_lost();
     now = Clock::now();
     if (job_deadline_ && now >= *job_deadline_) {
       job_deadline_.reset();
@@ -1232,7 +953,6 @@ int Daemon::loop() {
       kill_deadline_.reset();
       terminate_all(SIGKILL);
     }
-    if (pmix_) pmix_->expire(now);
     if (drain_deadline && now >= *drain_deadline) break;
   }
   return exit_code_.value_or(0);
@@ -1241,7 +961,7 @@ int Daemon::loop() {
 void Daemon::finish() {
   trace(t0_, "ranks done");
   // A beat before the slow part (the PMIx server's finalize on a loaded host).
-  if (cfg_.upstream && !upstream_gone_) cfg_.upstream->tick();
+  if (!upstream_gone_) up_->tick();
   for (auto& s : streams_) {
     if (s->fd >= 0) {
       // Whatever is already in the pipe still goes out.
@@ -1278,6 +998,10 @@ void Daemon::finish() {
 }  // namespace
 
 int run_job(const Plan& plan, const RunConfig& config) {
+  if (config.upstream == nullptr) {
+    say(config.err_fd, "internal error: a node daemon without its job controller");
+    return 1;
+  }
   Daemon d(plan, config);
   return d.run();
 }

@@ -1,4 +1,4 @@
-// accrun/node_daemon.hpp — the node daemon: carries out one host's share of
+// node_daemon.hpp — the node daemon: carries out one host's share of
 // a Plan (DESIGN.md §4, §6).  It is a PMIx server, spawns the ranks, forwards
 // their I/O and accrun's signals, applies the failure policy and cleans up on
 // every exit path (a janitor process covers accrun's own death).
@@ -32,6 +32,10 @@ class DaemonControl {
   // fails, every local rank's pipe of that stream closes (a rank writing
   // to it gets SIGPIPE).
   virtual void output_closed(int stream, int err) = 0;
+  // Accrun's standard input, read by the controller (RunConfig::stdin_pushed):
+  // more of it, and its end.
+  virtual void stdin_data(std::string data) = 0;
+  virtual void stdin_end() = 0;
 };
 
 // The job's name directory (PMIx publish/lookup/unpublish) when it lives
@@ -60,8 +64,8 @@ class JobDirectory {
 
 class Upstream {
  public:
-  // The job-wide name directory, or null to keep it on this host.
-  virtual JobDirectory* directory() { return nullptr; }
+  // The job-wide name directory (it lives with the job controller).
+  virtual JobDirectory* directory() = 0;
   virtual ~Upstream() = default;
   // Readable when the controller sent something.
   virtual int fd() const = 0;
@@ -76,6 +80,9 @@ class Upstream {
   // host's contribution; `done` gets every host's, concatenated.
   virtual void fence(const std::string& signature, std::string blob,
                      std::function<void(bool ok, std::string all)> done) = 0;
+  // `n` bytes of pushed stdin reached every local rank that takes it: the
+  // controller may send that much more.
+  virtual void stdin_consumed(size_t n) = 0;
   // Called from the loop at least twice a second (heartbeats); false once
   // the controller has been silent too long (its host or the network went
   // away), which the daemon treats as the controller being gone.
@@ -102,17 +109,13 @@ struct RunConfig {
   std::string tmpdir = "/tmp";          // where the rendezvous directory goes (TMPDIR)
   std::string shm_root = "/dev/shm";    // where ACCRUN_SHM_DIR goes
   int host = 0;                         // which of Plan::hosts this daemon runs
-  int out_fd = 1;                       // where ranks' stdout is forwarded
-  int err_fd = 2;                       // where ranks' stderr and accrun's messages go
+  int err_fd = 2;                       // where accrun's own messages go
   int in_fd = 0;                        // what is forwarded to ranks' stdin
-  Upstream* upstream = nullptr;         // set in a node agent: output, failures and fences go there
+  bool stdin_pushed = false;            // instead, the controller pushes it (DaemonControl::stdin_data)
+  Upstream* upstream = nullptr;         // the job controller: output, failures, fences, the directory go there (required)
   bool own_signals = true;              // acts on signals sent to its process (false: they come through upstream)
   std::string jobid;                    // the job's id (every host's agent uses the controller's); "" = a new one
 };
-
-// The environment a rank inherits from accrun: `inherited` without the
-// variables of an enclosing launcher (PMIX_*, OMPI_*, SLURM_STEP_*).
-Env filter_inherited(const Env& inherited);
 
 // A fresh job id: 12 hex digits from getrandom (the PMIx namespace is
 // "accrun.<id>"; job directories are named after it).  Thread-safe.

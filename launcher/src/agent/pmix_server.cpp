@@ -1,5 +1,5 @@
-// The node daemon's PMIx server: see pmix_host.hpp and accrun(7).
-#include "pmix_host.hpp"
+// The node agent's PMIx server: see pmix_server.hpp and accrun(7).
+#include "agent/pmix_server.hpp"
 
 #include "peer_guard.hpp"
 
@@ -245,11 +245,9 @@ pmix_status_t up_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info
       cbfunc(ok ? PMIX_SUCCESS : PMIX_ERROR, owned->data(), owned->size(), cbdata, release_blob, owned);
     };
     if (s->fence_router()) {
-      // Several hosts: the controller gathers every host's part.
       s->fence_router()(signature, std::move(*blob), complete);
     } else {
-      // One host: every participant is local.
-      complete(true, std::move(*blob));
+      complete(false, std::string());
     }
   });
   return PMIX_SUCCESS;
@@ -422,10 +420,6 @@ PmixServer::~PmixServer() {
   if (!initialized_) {
     if (topology_ != nullptr) hwloc_topology_destroy(static_cast<hwloc_topology_t>(topology_));
     return;
-  }
-  for (auto& l : waiting_) {
-    if (!l->done && l->cbfunc) l->cbfunc(PMIX_ERR_TIMEOUT, nullptr, 0, l->cbdata);
-    l->done = true;
   }
   if (!nspace_.empty()) {
     OpSync sync;
@@ -681,45 +675,7 @@ void PmixServer::do_publish(int rank, std::vector<std::pair<std::string, std::sh
     directory_router_->publish(rank, std::move(packed), std::move(reply));
     return;
   }
-  for (const auto& [key, v] : values) {
-    if (directory_.count(key)) {
-      reply(PMIX_ERR_DUPLICATE_KEY);
-      return;
-    }
-  }
-  for (auto& [key, v] : values) directory_[key] = {rank, std::move(v)};
-  reply(PMIX_SUCCESS);
-  // Waiting lookups may now be satisfied.
-  for (auto& l : waiting_) try_complete(*l, false);
-  std::erase_if(waiting_, [](const auto& l) { return l->done; });
-}
-
-bool PmixServer::try_complete(PendingLookup& l, bool final) {
-  if (l.done) return true;
-  std::vector<std::string> found;
-  for (const auto& k : l.keys)
-    if (directory_.count(k)) found.push_back(k);
-  size_t needed = l.wait_count == 0 ? l.keys.size() : std::min(l.wait_count, l.keys.size());
-  if (l.wait && found.size() < needed && !final) return false;
-  pmix_status_t status = PMIX_SUCCESS;
-  if (l.wait && found.size() < needed) {
-    status = PMIX_ERR_TIMEOUT;
-    found.clear();
-  } else if (found.empty()) {
-    status = PMIX_ERR_NOT_FOUND;
-  }
-  pmix_pdata_t* pd = nullptr;
-  if (!found.empty()) PMIX_PDATA_CREATE(pd, found.size());
-  for (size_t i = 0; i < found.size(); ++i) {
-    const auto& entry = directory_[found[i]];
-    PMIX_LOAD_PROCID(&pd[i].proc, nspace_.c_str(), static_cast<pmix_rank_t>(entry.first));
-    PMIX_LOAD_KEY(pd[i].key, found[i].c_str());
-    PMIx_Value_xfer(&pd[i].value, entry.second.get());
-  }
-  if (l.cbfunc) l.cbfunc(status, pd, found.size(), l.cbdata);  // packs the reply before returning
-  if (pd != nullptr) PMIX_PDATA_FREE(pd, found.size());
-  l.done = true;
-  return true;
+  reply(PMIX_ERR_NOT_SUPPORTED);
 }
 
 void PmixServer::do_lookup(std::shared_ptr<PendingLookup> lookup) {
@@ -746,8 +702,8 @@ void PmixServer::do_lookup(std::shared_ptr<PendingLookup> lookup) {
         });
     return;
   }
-  if (try_complete(*lookup, false)) return;
-  waiting_.push_back(std::move(lookup));
+  if (lookup->cbfunc) lookup->cbfunc(PMIX_ERR_NOT_SUPPORTED, nullptr, 0, lookup->cbdata);
+  lookup->done = true;
 }
 
 void PmixServer::do_unpublish(int rank, std::vector<std::string> keys, std::function<void(int)> reply) {
@@ -755,33 +711,7 @@ void PmixServer::do_unpublish(int rank, std::vector<std::string> keys, std::func
     directory_router_->unpublish(rank, std::move(keys), std::move(reply));
     return;
   }
-  if (keys.empty()) {
-    std::erase_if(directory_, [rank](const auto& e) { return e.second.first == rank; });
-  } else {
-    // Only the publisher may take a key back.
-    for (const auto& k : keys) {
-      auto it = directory_.find(k);
-      if (it != directory_.end() && it->second.first != rank && !anyone_may_unpublish(k)) {
-        reply(PMIX_ERR_NO_PERMISSIONS);
-        return;
-      }
-    }
-    for (const auto& k : keys) directory_.erase(k);
-  }
-  reply(PMIX_SUCCESS);
-}
-
-std::optional<std::chrono::steady_clock::time_point> PmixServer::next_deadline() const {
-  std::optional<std::chrono::steady_clock::time_point> best;
-  for (const auto& l : waiting_)
-    if (!l->done && l->deadline && (!best || *l->deadline < *best)) best = l->deadline;
-  return best;
-}
-
-void PmixServer::expire(std::chrono::steady_clock::time_point now) {
-  for (auto& l : waiting_)
-    if (!l->done && l->deadline && *l->deadline <= now) try_complete(*l, true);
-  std::erase_if(waiting_, [](const auto& l) { return l->done; });
+  reply(PMIX_ERR_NOT_SUPPORTED);
 }
 
 }  // namespace accrun::launcher

@@ -1,0 +1,70 @@
+// spawn.hpp — how a node agent starts a rank: the program found as execvp
+// would (with the exit status a shell gives when it is not), the
+// environment a rank inherits, and the vfork+execve of one rank with its
+// standard fds, CPU binding and process group (accrun(1), EXIT STATUS).
+#pragma once
+
+#include <sched.h>
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "accrun/plan.hpp"
+
+namespace accrun::launcher {
+
+// The environment a rank inherits from accrun: `inherited` without the
+// variables of an enclosing launcher (PMIX_*, OMPI_*, a Slurm step's task
+// variables).
+Env filter_inherited(const Env& inherited);
+
+// Parses an hwloc list string ("0-3,8") into a CPU set; false if malformed.
+bool parse_cpus(const std::string& list, cpu_set_t* set);
+
+// Finds `program` the way execvp would, in `path` (relative names with a
+// slash are taken relative to `wdir`).  Returns the path to exec, or the
+// exit status (127 not found, 126 not executable) and a message.
+struct Resolved {
+  std::string path;
+  int status = 0;
+  std::string message;
+};
+Resolved resolve_program(const std::string& program, const std::string& path,
+                         const std::optional<std::string>& wdir);
+
+// Whether the "#!" interpreter of `path` (a file that exists) is missing or
+// not executable, as execve would find: then the exit status shells give
+// (bash: 127 missing, 126 not executable) and a message naming `program`
+// and the interpreter.  Status 0 if there is nothing wrong with it.
+Resolved check_interpreter(const std::string& program, const std::string& path,
+                           const std::optional<std::string>& wdir);
+
+// Everything a child needs, prepared before fork so that the child calls
+// only async-signal-safe functions.
+struct ChildSpec {
+  std::vector<std::string> env_storage;
+  std::vector<char*> envp;
+  int in_fd = -1;
+  int out_fd = -1;
+  int err_fd = -1;
+  bool bind = false;
+  cpu_set_t cpus;
+};
+
+// What a child that failed before execve left behind (it shares our memory).
+struct ExecReport {
+  volatile int stage = 0;  // 0 exec'd, 1 chdir failed, 2 execve failed
+  volatile int err = 0;
+};
+
+// Starts one rank and returns its pid once it has exec'd (or failed to):
+// `report` says which.  The child runs on our memory and calls only
+// async-signal-safe functions; it unblocks signals, restores the default
+// dispositions of those accrun forwards, leads its own process group, dies
+// with its parent, and binds itself where `c` says.
+pid_t spawn_child(const char* path, char* const* argv, const ChildSpec& c, const char* wdir, pid_t parent,
+                  ExecReport* report);
+
+}  // namespace accrun::launcher

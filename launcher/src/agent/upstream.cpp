@@ -1,0 +1,183 @@
+// upstream.cpp — see upstream.hpp.
+#include "agent/upstream.hpp"
+
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include "controller/protocol.hpp"
+#include "iof.hpp"
+#include "wire/codec.hpp"
+
+namespace accrun::launcher {
+
+bool send_frame(int fd, uint16_t type, std::string_view payload) {
+  std::string f = wire::encode_frame(type, payload);
+  return write_all(fd, f.data(), f.size());
+}
+
+void AgentUpstream::publish(int rank, std::vector<std::pair<std::string, std::string>> packed,
+             std::function<void(int)> done) {
+  uint64_t id = ++next_id_;
+  status_waiters_[id] = std::move(done);
+  wire::Writer w;
+  w.u64(id);
+  w.u32(static_cast<uint32_t>(rank));
+  w.u32(static_cast<uint32_t>(packed.size()));
+  for (const auto& [key, value] : packed) {
+    w.str(key);
+    w.bytes(value.data(), value.size());
+  }
+  post(msg::kPublish, w.data());
+}
+
+void AgentUpstream::lookup(int rank, std::vector<std::string> keys, bool wait, size_t wait_count, double timeout_s,
+            std::function<void(int, std::vector<DirectoryEntry>)> done) {
+  uint64_t id = ++next_id_;
+  lookup_waiters_[id] = std::move(done);
+  wire::Writer w;
+  w.u64(id);
+  w.u32(static_cast<uint32_t>(rank));
+  w.string_vector(keys);
+  w.boolean(wait);
+  w.u32(static_cast<uint32_t>(wait_count));
+  w.f64(timeout_s);
+  post(msg::kLookup, w.data());
+}
+
+void AgentUpstream::unpublish(int rank, std::vector<std::string> keys, std::function<void(int)> done) {
+  uint64_t id = ++next_id_;
+  status_waiters_[id] = std::move(done);
+  wire::Writer w;
+  w.u64(id);
+  w.u32(static_cast<uint32_t>(rank));
+  w.string_vector(keys);
+  post(msg::kUnpublish, w.data());
+}
+
+bool AgentUpstream::on_readable(DaemonControl& daemon) {
+  char buf[65536];
+  ssize_t got = recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+  if (got < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+  if (got <= 0) return false;
+  std::vector<wire::Frame> frames;
+  if (Status s = decoder_.feed(buf, static_cast<size_t>(got), frames); !s) return false;
+  heard();
+  for (auto& f : frames) {
+    wire::Reader r(f.payload);
+    if (f.type == msg::kSignal) {
+      auto sig = r.i32("signal");
+      // After Ctrl-Z the controller stops itself until fg: its silence
+      // then is no sign of a lost host.
+      if (sig && *sig == SIGTSTP) stopped_ = true;
+      if (sig && *sig == SIGCONT) stopped_ = false;
+      if (sig) daemon.terminate(*sig);
+    } else if (f.type == msg::kStdin) {
+      auto end = r.boolean("stdin: end");
+      auto data = r.bytes("stdin: data");
+      if (!end || !data) return false;
+      if (!data->empty()) daemon.stdin_data(std::move(*data));
+      if (*end) daemon.stdin_end();
+    } else if (f.type == msg::kOutputClosed) {
+      auto stream = r.u8("output closed: stream");
+      auto err = r.i32("output closed: errno");
+      if (!stream || !err) return false;
+      daemon.output_closed(*stream, *err);
+    } else if (f.type == msg::kFenceDone) {
+      auto sig = r.str("fence: signature");
+      auto ok = r.boolean("fence: ok");
+      auto all = r.bytes("fence: data");
+      if (!sig || !ok || !all) return false;
+      auto& q = fences_[*sig];
+      if (q.empty()) return false;
+      auto done = std::move(q.front());
+      q.pop_front();
+      done(*ok, std::move(*all));
+    } else if (f.type == msg::kPublishDone || f.type == msg::kUnpublishDone) {
+      auto id = r.u64("directory: id");
+      auto st = r.i32("directory: status");
+      if (!id || !st) return false;
+      auto it = status_waiters_.find(*id);
+      if (it == status_waiters_.end()) return false;
+      auto done = std::move(it->second);
+      status_waiters_.erase(it);
+      done(*st);
+    } else if (f.type == msg::kLookupDone) {
+      auto id = r.u64("lookup: id");
+      auto st = r.i32("lookup: status");
+      auto n = r.u32("lookup: count");
+      if (!id || !st || !n || *n > f.payload.size()) return false;
+      std::vector<DirectoryEntry> found;
+      for (uint32_t i = 0; i < *n; ++i) {
+        auto key = r.str("lookup: key");
+        auto rank = r.u32("lookup: rank");
+        auto value = r.bytes("lookup: value");
+        if (!key || !rank || !value) return false;
+        found.push_back({*key, static_cast<int>(*rank), std::move(*value)});
+      }
+      auto it = lookup_waiters_.find(*id);
+      if (it == lookup_waiters_.end()) return false;
+      auto done = std::move(it->second);
+      lookup_waiters_.erase(it);
+      done(*st, std::move(found));
+    } else if (f.type == msg::kShutdown) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void AgentUpstream::output(int stream, const char* data, size_t n) {
+  wire::Writer w;
+  w.u8(static_cast<uint8_t>(stream));
+  w.bytes(data, n);
+  post(msg::kOutput, w.data());
+}
+
+void AgentUpstream::rank_failed(int rank, int status, const std::string& text) {
+  wire::Writer w;
+  w.u32(static_cast<uint32_t>(rank));
+  w.i32(status);
+  w.str(text);
+  post(msg::kRankFailed, w.data());
+}
+
+void AgentUpstream::fence(const std::string& signature, std::string blob,
+           std::function<void(bool, std::string)> done) {
+  fences_[signature].push_back(std::move(done));
+  wire::Writer w;
+  w.str(signature);
+  w.bytes(blob.data(), blob.size());
+  post(msg::kFence, w.data());
+}
+
+bool AgentUpstream::tick() {
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_beat_ >= std::chrono::seconds(1)) {
+    last_beat_ = now;
+    post(msg::kHeartbeat, "");
+  }
+  // The controller beats every second too: silence means its host or
+  // the network between us is gone.
+  return stopped_ || now - last_heard_ < kControllerSilence;
+}
+
+void AgentUpstream::post(uint16_t type, std::string_view payload) {
+  auto t = std::chrono::steady_clock::now();
+  send_frame(fd_, type, payload);
+  if (std::chrono::steady_clock::now() - t > std::chrono::milliseconds(200)) heard();
+}
+
+void AgentUpstream::beat_now() {
+  last_beat_ = std::chrono::steady_clock::now();
+  post(msg::kHeartbeat, "");
+}
+
+void AgentUpstream::stdin_consumed(size_t n) {
+  wire::Writer w;
+  w.u64(n);
+  post(msg::kStdinTaken, w.data());
+}
+
+}  // namespace accrun::launcher

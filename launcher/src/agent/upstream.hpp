@@ -1,0 +1,68 @@
+// upstream.hpp — a node agent's link to its job controller while its
+// host's ranks run: the Upstream the node daemon reports to (output, a
+// rank's failure, fences, heartbeats) and the job-wide name directory,
+// over one framed connection (controller/protocol.hpp).  The same for the
+// agent forked on the launching host (a socketpair) as for an agent on
+// another host (TCP, after the handshake).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/node_daemon.hpp"
+#include "wire/frame.hpp"
+
+namespace accrun::launcher {
+
+// Sends one frame whole; waits while the socket is full (backpressure from
+// the controller reaches the ranks through their output pipes).
+bool send_frame(int fd, uint16_t type, std::string_view payload);
+
+// The controller's silence past this is a lost controller (its host or
+// the network went away); it beats every second.
+constexpr auto kControllerSilence = std::chrono::seconds(4);
+
+class AgentUpstream final : public Upstream, public JobDirectory {
+ public:
+  explicit AgentUpstream(int fd) : fd_(fd) {}
+  int fd() const override { return fd_; }
+  JobDirectory* directory() override { return this; }
+
+  void publish(int rank, std::vector<std::pair<std::string, std::string>> packed,
+               std::function<void(int)> done) override;
+  void lookup(int rank, std::vector<std::string> keys, bool wait, size_t wait_count, double timeout_s,
+              std::function<void(int, std::vector<DirectoryEntry>)> done) override;
+  void unpublish(int rank, std::vector<std::string> keys, std::function<void(int)> done) override;
+  bool on_readable(DaemonControl& daemon) override;
+  void output(int stream, const char* data, size_t n) override;
+  void rank_failed(int rank, int status, const std::string& text) override;
+  void fence(const std::string& signature, std::string blob,
+             std::function<void(bool, std::string)> done) override;
+  bool tick() override;
+  void stdin_consumed(size_t n) override;
+  void heard() { last_heard_ = std::chrono::steady_clock::now(); }
+  // Sends one frame; a send that had to wait ended because the controller
+  // read, which is word from it too.
+  void post(uint16_t type, std::string_view payload);
+  void beat_now();
+  wire::FrameDecoder& decoder() { return decoder_; }
+
+ private:
+  int fd_;
+  wire::FrameDecoder decoder_;
+  std::map<std::string, std::deque<std::function<void(bool, std::string)>>> fences_;
+  std::chrono::steady_clock::time_point last_beat_{};
+  std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
+  bool stopped_ = false;
+  uint64_t next_id_ = 0;
+  std::map<uint64_t, std::function<void(int)>> status_waiters_;
+  std::map<uint64_t, std::function<void(int, std::vector<DirectoryEntry>)>> lookup_waiters_;
+};
+
+}  // namespace accrun::launcher
