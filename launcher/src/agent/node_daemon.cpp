@@ -6,6 +6,7 @@
 #include "agent/node_daemon.hpp"
 
 #include <fcntl.h>
+#include <pmix_common.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -147,6 +148,13 @@ class Daemon final : public ClientEvents, public DaemonControl {
   void read_output(OutStream& s);
   void close_stream(OutStream& s);
   void output_failed(OutKind kind, int err, bool said = false);
+  void modex_request(int rank, std::function<void(int, std::string)> reply) override {
+    if (pmix_ && state_of(rank) != nullptr) {
+      pmix_->local_modex(rank, std::move(reply));
+    } else {
+      reply(PMIX_ERR_NOT_FOUND, std::string());
+    }
+  }
   void stdin_data(std::string data) override {
     if (stdin_) stdin_->push(std::move(data));
   }
@@ -658,6 +666,7 @@ int Daemon::setup_and_spawn() {
       up->fence(signature, std::move(blob), std::move(done));
     });
     pmix_->set_directory_router(up->directory());
+    pmix_->set_modex_router([up](int rank, PmixServer::ModexDone done) { up->modex(rank, std::move(done)); });
   }
   trace(t0_, "PMIx server initialised");
   up_->tick();  // a slow start is not a dead host

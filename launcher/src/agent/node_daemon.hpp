@@ -36,6 +36,9 @@ class DaemonControl {
   // more of it, and its end.
   virtual void stdin_data(std::string data) = 0;
   virtual void stdin_end() = 0;
+  // Another host's agent asks for local rank `rank`'s PMIx data (direct
+  // modex); `reply` gets the PMIx status and the library's blob.
+  virtual void modex_request(int rank, std::function<void(int status, std::string blob)> reply) = 0;
 };
 
 // The job's name directory (PMIx publish/lookup/unpublish) when it lives
@@ -80,6 +83,9 @@ class Upstream {
   // host's contribution; `done` gets every host's, concatenated.
   virtual void fence(const std::string& signature, std::string blob,
                      std::function<void(bool ok, std::string all)> done) = 0;
+  // Direct modex: rank `rank` (on another host) has its PMIx data fetched
+  // from its host's agent; `done` gets the PMIx status and the blob.
+  virtual void modex(int rank, std::function<void(int status, std::string blob)> done) = 0;
   // `n` bytes of pushed stdin reached every local rank that takes it: the
   // controller may send that much more.
   virtual void stdin_consumed(size_t n) = 0;

@@ -253,11 +253,36 @@ pmix_status_t up_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info
   return PMIX_SUCCESS;
 }
 
-pmix_status_t up_direct_modex(const pmix_proc_t*, const pmix_info_t[], size_t, pmix_modex_cbfunc_t,
-                              void*) {
-  // The library only asks about processes on other hosts; on one host there
-  // are none (several hosts forward the request to the owning daemon).
-  return PMIX_ERR_NOT_FOUND;
+// The library asks for the data of a rank on another host (a PMIx_Get
+// that no fence carried): the owning host's agent is asked through the
+// controller.
+pmix_status_t up_direct_modex(const pmix_proc_t* proc, const pmix_info_t[], size_t, pmix_modex_cbfunc_t cbfunc,
+                              void* cbdata) {
+  PmixServer* s = g_active.load();
+  if (s == nullptr || !s->modex_router() || proc == nullptr) return PMIX_ERR_NOT_FOUND;
+  int rank = static_cast<int>(proc->rank);
+  s->queue()->push([s, rank, cbfunc, cbdata] {
+    s->modex_router()(rank, [cbfunc, cbdata](int status, std::string blob) {
+      auto* owned = new std::string(std::move(blob));
+      cbfunc(status, owned->data(), owned->size(), cbdata, release_blob, owned);
+    });
+  });
+  return PMIX_SUCCESS;
+}
+
+struct ModexRequest {
+  PmixServer* server;
+  PmixServer::ModexDone done;
+};
+
+// From the library's progress thread: the blob is its own until we return.
+void local_modex_done(pmix_status_t status, char* data, size_t size, void* cbdata) {
+  auto* req = static_cast<ModexRequest*>(cbdata);
+  std::string blob(data != nullptr ? data : "", data != nullptr ? size : 0);
+  req->server->queue()->push([req, status, blob = std::move(blob)]() mutable {
+    req->done(status, std::move(blob));
+    delete req;
+  });
 }
 
 bool reserved_key(const char* key) { return std::strncmp(key, "pmix.", 5) == 0; }
@@ -712,6 +737,17 @@ void PmixServer::do_unpublish(int rank, std::vector<std::string> keys, std::func
     return;
   }
   reply(PMIX_ERR_NOT_SUPPORTED);
+}
+
+void PmixServer::local_modex(int rank, ModexDone done) {
+  pmix_proc_t p;
+  PMIX_LOAD_PROCID(&p, nspace_.c_str(), static_cast<pmix_rank_t>(rank));
+  auto* req = new ModexRequest{this, std::move(done)};
+  pmix_status_t rc = PMIx_server_dmodex_request(&p, local_modex_done, req);
+  if (rc != PMIX_SUCCESS) {
+    req->done(rc, std::string());
+    delete req;
+  }
 }
 
 }  // namespace accrun::launcher

@@ -109,6 +109,17 @@ class PmixServer {
   void set_fence_router(FenceRouter router) { fence_router_ = std::move(router); }
   const FenceRouter& fence_router() const { return fence_router_; }
 
+  // Direct modex: the library asks for a rank on another host's data;
+  // `router` fetches it (from that host's agent, through the controller).
+  using ModexDone = std::function<void(int status, std::string blob)>;
+  using ModexRouter = std::function<void(int rank, ModexDone done)>;
+  void set_modex_router(ModexRouter router) { modex_router_ = std::move(router); }
+  const ModexRouter& modex_router() const { return modex_router_; }
+  // A local rank's committed data, as the library packs it for another
+  // host's server (it waits for the rank's commit); `done` runs on the
+  // event loop.
+  void local_modex(int rank, ModexDone done);
+
   // The job's name directory lives with the job controller, for one host
   // as for many.  Values travel packed (pack_value/unpack_value); a lookup's
   // answer lists (key, publisher rank, packed value).
@@ -140,6 +151,7 @@ class PmixServer {
   pmix_topology_t pmix_topology_{};
   std::string nspace_;
   FenceRouter fence_router_;
+  ModexRouter modex_router_;
   DirectoryRouter* directory_router_ = nullptr;
 };
 

@@ -73,6 +73,28 @@ bool AgentUpstream::on_readable(DaemonControl& daemon) {
       if (sig && *sig == SIGTSTP) stopped_ = true;
       if (sig && *sig == SIGCONT) stopped_ = false;
       if (sig) daemon.terminate(*sig);
+    } else if (f.type == msg::kModexRequest) {
+      auto id = r.u64("modex request: id");
+      auto rank = r.u32("modex request: rank");
+      if (!id || !rank) return false;
+      uint64_t rid = *id;
+      daemon.modex_request(static_cast<int>(*rank), [this, rid](int status, std::string blob) {
+        wire::Writer w;
+        w.u64(rid);
+        w.i32(status);
+        w.bytes(blob.data(), blob.size());
+        post(msg::kModexData, w.data());
+      });
+    } else if (f.type == msg::kModexData) {
+      auto id = r.u64("modex data: id");
+      auto st = r.i32("modex data: status");
+      auto blob = r.bytes("modex data: blob");
+      if (!id || !st || !blob) return false;
+      auto it = modex_waiters_.find(*id);
+      if (it == modex_waiters_.end()) return false;
+      auto done = std::move(it->second);
+      modex_waiters_.erase(it);
+      done(*st, std::move(*blob));
     } else if (f.type == msg::kStdin) {
       auto end = r.boolean("stdin: end");
       auto data = r.bytes("stdin: data");
@@ -172,6 +194,15 @@ void AgentUpstream::post(uint16_t type, std::string_view payload) {
 void AgentUpstream::beat_now() {
   last_beat_ = std::chrono::steady_clock::now();
   post(msg::kHeartbeat, "");
+}
+
+void AgentUpstream::modex(int rank, std::function<void(int, std::string)> done) {
+  uint64_t id = ++next_id_;
+  modex_waiters_[id] = std::move(done);
+  wire::Writer w;
+  w.u64(id);
+  w.u32(static_cast<uint32_t>(rank));
+  post(msg::kModexRequest, w.data());
 }
 
 void AgentUpstream::stdin_consumed(size_t n) {

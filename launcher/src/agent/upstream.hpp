@@ -46,6 +46,7 @@ class AgentUpstream final : public Upstream, public JobDirectory {
              std::function<void(bool, std::string)> done) override;
   bool tick() override;
   void stdin_consumed(size_t n) override;
+  void modex(int rank, std::function<void(int, std::string)> done) override;
   void heard() { last_heard_ = std::chrono::steady_clock::now(); }
   // Sends one frame; a send that had to wait ended because the controller
   // read, which is word from it too.
@@ -63,6 +64,7 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   uint64_t next_id_ = 0;
   std::map<uint64_t, std::function<void(int)>> status_waiters_;
   std::map<uint64_t, std::function<void(int, std::vector<DirectoryEntry>)>> lookup_waiters_;
+  std::map<uint64_t, std::function<void(int, std::string)>> modex_waiters_;
 };
 
 }  // namespace accrun::launcher

@@ -93,6 +93,16 @@ class Controller {
   bool stdin_open_ = false;
   std::map<int, size_t> stdin_in_flight_;  // agent -> bytes sent, not yet taken
   bool stdin_has_room() const;
+  // Direct modex requests on their way: the controller's id -> (asking
+  // agent, its id, owning agent).
+  struct ModexWay {
+    int asker = 0;
+    uint64_t id = 0;
+    int owner = 0;
+  };
+  std::map<uint64_t, ModexWay> modex_;
+  uint64_t next_modex_ = 0;
+  void modex_reply(int agent, uint64_t id, int status, std::string_view blob);
   void forward_stdin();
   // Fences: per signature, rounds in order; each agent's k-th contribution
   // with a signature belongs to round k.
@@ -414,6 +424,15 @@ void Controller::on_lost(int agent, const std::string& why) {
   if (done_[static_cast<size_t>(agent)]) return;
   done_[static_cast<size_t>(agent)] = true;
   agents_->abandon(agent);
+  // Whoever waits for data from its ranks hears that it is gone.
+  for (auto it = modex_.begin(); it != modex_.end();) {
+    if (it->second.owner != agent) {
+      ++it;
+      continue;
+    }
+    modex_reply(it->second.asker, it->second.id, PMIX_ERR_UNREACH, "");
+    it = modex_.erase(it);
+  }
   if (!terminating_) {
     say("host " + entries_[static_cast<size_t>(agent)].name + ": " + why + "; its ranks are lost, terminating the others");
     fail(1);
@@ -491,6 +510,32 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       if (status && *status != 0) fail(*status);
       return;
     }
+    case msg::kModexRequest: {
+      auto id = r.u64("modex request: id");
+      auto rank = r.u32("modex request: rank");
+      if (!id || !rank) return on_lost(agent, "sent a malformed modex request");
+      int owner = *rank < plan_.ranks.size() ? agent_of_host_[static_cast<size_t>(plan_.ranks[*rank].host)] : -1;
+      if (owner < 0 || owner == agent || done_[static_cast<size_t>(owner)])
+        return modex_reply(agent, *id, PMIX_ERR_NOT_FOUND, "");
+      uint64_t mine = ++next_modex_;
+      modex_[mine] = {agent, *id, owner};
+      wire::Writer w;
+      w.u64(mine);
+      w.u32(*rank);
+      agents_->send(owner, msg::kModexRequest, w.data());
+      return;
+    }
+    case msg::kModexData: {
+      auto id = r.u64("modex data: id");
+      auto st = r.i32("modex data: status");
+      auto blob = r.bytes_view("modex data: blob");
+      if (!id || !st || !blob) return on_lost(agent, "sent malformed modex data");
+      auto it = modex_.find(*id);
+      if (it == modex_.end() || it->second.owner != agent) return;
+      ModexWay way = it->second;
+      modex_.erase(it);
+      return modex_reply(way.asker, way.id, *st, *blob);
+    }
     case msg::kStdinTaken: {
       auto n = r.u64("stdin taken");
       if (!n) return on_lost(agent, "sent a malformed stdin acknowledgement");
@@ -508,6 +553,15 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
     default:
       return on_lost(agent, "sent an unexpected message (type " + std::to_string(f.type) + ")");
   }
+}
+
+void Controller::modex_reply(int agent, uint64_t id, int status, std::string_view blob) {
+  if (done_[static_cast<size_t>(agent)]) return;
+  wire::Writer w;
+  w.u64(id);
+  w.i32(status);
+  w.bytes(blob.data(), blob.size());
+  agents_->send(agent, msg::kModexData, w.data());
 }
 
 bool Controller::stdin_has_room() const {

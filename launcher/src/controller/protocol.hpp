@@ -78,6 +78,13 @@ enum Type : uint16_t {
   // agent → controller: u64 n: n more bytes of stdin reached every local
   // rank that takes it (or nobody takes them any more).
   kStdinTaken = 20,
+  // Direct modex.  agent → controller: u64 id, u32 rank: the PMIx data of a
+  // rank on another host; controller → the owning agent: the same, with the
+  // controller's own id.
+  kModexRequest = 21,
+  // owning agent → controller, then controller → the asking agent: u64 id,
+  // i32 PMIx status, bytes the library's blob.
+  kModexData = 22,
 };
 
 constexpr size_t kStdinWindow = 1 << 20;

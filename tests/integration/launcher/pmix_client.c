@@ -39,6 +39,32 @@ int main(int argc, char** argv) {
   CHECK(rc == PMIX_SUCCESS, "get job size: %s", PMIx_Error_string(rc));
   unsigned size = val->data.uint32;
   PMIX_VALUE_RELEASE(val);
+  /* argv[1] "dmodex": no fence carries the data; each rank gets the value
+   * of the rank half the job away (on another host when the job's hosts
+   * hold equal halves), which its server must fetch on demand. */
+  if (argc > 1 && strcmp(argv[1], "dmodex") == 0) {
+    pmix_value_t v;
+    PMIX_VALUE_CONSTRUCT(&v);
+    v.type = PMIX_UINT32;
+    v.data.uint32 = 3000 + me.rank;
+    rc = PMIx_Put(PMIX_GLOBAL, "accrun.test.dm", &v);
+    CHECK(rc == PMIX_SUCCESS, "dmodex put: %s", PMIx_Error_string(rc));
+    rc = PMIx_Commit();
+    CHECK(rc == PMIX_SUCCESS, "dmodex commit: %s", PMIx_Error_string(rc));
+    pmix_proc_t peer;
+    PMIX_LOAD_PROCID(&peer, me.nspace, (me.rank + size / 2) % size);
+    rc = PMIx_Get(&peer, "accrun.test.dm", NULL, 0, &val);
+    CHECK(rc == PMIX_SUCCESS, "dmodex get from rank %u: %s", peer.rank, PMIx_Error_string(rc));
+    CHECK(val->type == PMIX_UINT32 && val->data.uint32 == 3000 + peer.rank, "dmodex: rank %u's value is %u",
+          peer.rank, val->data.uint32);
+    PMIX_VALUE_RELEASE(val);
+    /* nobody leaves before every rank has its answer */
+    rc = PMIx_Fence(NULL, 0, NULL, 0);
+    CHECK(rc == PMIX_SUCCESS, "dmodex fence: %s", PMIx_Error_string(rc));
+    printf("OK dmodex rank %u got rank %u's value\n", me.rank, peer.rank);
+    PMIx_Finalize(NULL, 0);
+    return 0;
+  }
   rc = PMIx_Get(&me, PMIX_LOCAL_RANK, NULL, 0, &val);
   CHECK(rc == PMIX_SUCCESS, "get local rank: %s", PMIx_Error_string(rc));
   unsigned local_rank = val->data.uint16;

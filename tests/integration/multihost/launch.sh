@@ -39,13 +39,18 @@ check "MPI_Abort(7) on h3 gives 7" "^7$" "$?"
 check "the abort is named" "rank 5 on host h3 called abort with status 7" "$out"
 nothing_left "MPI_Abort" "$mpi_hello"
 
-# 3b. One job-wide PMIx: put/fence/get, publish (create-if-absent), lookup
+# 3b. One job-wide PMIx: put/fence/get, direct modex, publish (create-if-absent), lookup
 # with wait and timeout, between ranks of two hosts; named groups meet
 # through the job-wide directory (MPI backend); a store group that spans
 # hosts fails at init with a clear message.
 out=$("$accrun" -n 4 -H h1:2,h2:2 --launch-agent "$agent" "$pmix_client" 2>&1)
 n=$(grep -c "^OK rank=" <<<"$out")
 [ "$n" = 4 ] && ok "PMIx data and the name directory across 2 hosts" || bad "PMIx across hosts" "$out"
+# Direct modex: no fence carries the data; each rank's get of a rank on the
+# other host is answered by that host's agent.
+out=$("$accrun" -n 4 -H h1:2,h2:2 --launch-agent "$agent" "$pmix_client" dmodex 2>&1)
+n=$(grep -c "^OK dmodex" <<<"$out")
+[ "$n" = 4 ] && ok "direct modex: 4 ranks each fetched a remote rank's data" || bad "direct modex across hosts" "$out"
 out=$("$accrun" -n 4 -H h1:2,h2:2 --launch-agent "$agent" "${mpi_env[@]}" "$backends_auto" mpi 2>&1)
 n=$(grep -c "auto_backend: PASS" <<<"$out")
 [ "$n" = 4 ] && ok "a named MPI group across 2 hosts" || bad "named MPI group across hosts" "$out"
