@@ -194,6 +194,23 @@ int serve(int fd, const std::string& me, char** envp, std::vector<LaunchProcess>
   return status;
 }
 
+// An agent of a srun step finds its host among the description's by the
+// name Slurm knows the node by (SLURMD_NODENAME, else the host name, with
+// or without its domain), else by its node index in the step.
+Result<int> step_index(const AgentLaunch& launch, const std::string& self, char** envp) {
+  Env env = environment_of(envp);
+  std::string name = env.count("SLURMD_NODENAME") ? env.at("SLURMD_NODENAME") : self;
+  auto short_name = [](const std::string& s) { return s.substr(0, s.find('.')); };
+  for (size_t i = 0; i < launch.hosts.size(); ++i)
+    if (launch.hosts[i] == name || short_name(launch.hosts[i]) == short_name(name)) return static_cast<int>(i);
+  if (auto it = env.find("SLURM_NODEID"); it != env.end()) {
+    int id = std::atoi(it->second.c_str());
+    if (id >= 0 && static_cast<size_t>(id) < launch.hosts.size()) return id;
+  }
+  return invalid_argument("this node (" + name + ") is not one of the " + std::to_string(launch.hosts.size()) +
+                          " hosts the srun step was started for");
+}
+
 }  // namespace
 
 int daemon_main(const Options&, char** envp) {
@@ -210,6 +227,15 @@ int daemon_main(const Options&, char** envp) {
     say(self, launch.status().message());
     return 2;
   }
+  if (launch->step) {
+    // Started with every other agent by one srun step: which host is this?
+    auto index = step_index(*launch, self, envp);
+    if (!index) {
+      say(self, index.status().message());
+      return 2;
+    }
+    launch->index = *index;
+  }
   const std::string& me = launch->hosts[launch->index];
   auto secret = wire::Secret::from_hex(launch->secret_hex);
   if (!secret) {
@@ -220,7 +246,7 @@ int daemon_main(const Options&, char** envp) {
   // Our part of the launch tree first: the children come up while we detect.
   std::vector<LaunchProcess> children;
   int n = static_cast<int>(launch->hosts.size());
-  for (int child : tree_children(launch->index + 1, n, launch->fanout)) {
+  for (int child : launch->step ? std::vector<int>{} : tree_children(launch->index + 1, n, launch->fanout)) {
     AgentLaunch c = *launch;
     c.index = child;
     std::string cmd = launch_command(launch->launch_agent, launch->hosts[child],

@@ -16,6 +16,7 @@
 
 #include "accrun/log.hpp"
 #include "controller/protocol.hpp"
+#include "controller/slurm.hpp"
 #include "iof.hpp"
 #include "peer_guard.hpp"
 #include "wire/auth.hpp"
@@ -166,6 +167,17 @@ Status AgentSet::launch_children() {
     base.ids.push_back(i);
   }
   int tree = static_cast<int>(base.hosts.size());
+  if (config_.launch_agent == kSrunLaunchAgent) {
+    // Inside a Slurm allocation: one srun step starts every agent at once.
+    base.step = true;
+    std::string cmd = srun_step_command(base.hosts, shell_quote(config_.daemon_path) + " --daemon");
+    auto p = start_launch_agent(cmd, base.encode());
+    if (!p) return p.status().with_context("the srun step");
+    p->index = -1;  // stands for every agent it starts
+    p->host = std::to_string(tree) + " nodes";
+    launches_.push_back(std::move(*p));
+    return Status();
+  }
   log(LogLevel::kDebug, "launch tree: %d agents, fanout %d, depth %d; %zu started here", tree, config_.fanout,
       tree_depth(tree, config_.fanout), tree_children(0, tree, config_.fanout).size());
   for (int child : tree_children(0, tree, config_.fanout)) {
@@ -322,9 +334,11 @@ void AgentSet::reap() {
     if (waitpid(l.pid, &st, WNOHANG) == l.pid) {
       l.exited = true;
       l.status = st;
-      if (!agents_[l.index] && !failed_.count(l.index))
-        failed_[l.index] = "its launch agent (" + l.command + ") " + describe_status(st) +
-                           " before accrun --daemon connected";
+      for (int i = 0; i < static_cast<int>(agents_.size()); ++i) {
+        if ((l.index >= 0 ? i != l.index : is_local(i)) || agents_[i] || failed_.count(i)) continue;
+        failed_[i] = "its launch agent (" + l.command + ") " + describe_status(st) +
+                     " before accrun --daemon connected";
+      }
     }
   }
 }

@@ -84,6 +84,7 @@ std::string AgentLaunch::encode() const {
   out << "fanout " << fanout << "\n";
   for (size_t i = 0; i < hosts.size(); ++i) out << "host " << hosts[i] << " " << (i < ids.size() ? ids[i] : static_cast<int>(i)) << "\n";
   for (const auto& [k, v] : options) out << "option " << k << "=" << v << "\n";
+  if (step) out << "step 1\n";
   out << "end\n";
   return out.str();
 }
@@ -138,6 +139,9 @@ Result<AgentLaunch> AgentLaunch::decode(std::string_view text) {
       size_t eq = value.find('=');
       if (eq == std::string::npos) return bad("option without '='");
       a.options[value.substr(0, eq)] = value.substr(eq + 1);
+    } else if (key == "step") {
+      if (value != "1") return bad("bad step '" + value + "'");
+      a.step = true;
     } else if (line == "end") {
       end = true;
     } else {

@@ -56,6 +56,9 @@ struct AgentLaunch {
   std::vector<std::string> hosts;            // the launch tree's hosts, by tree index
   std::vector<int> ids;                      // each tree host's agent id (what it says in hello)
   std::map<std::string, std::string> options;  // detection overrides: num-gpus, resources, ...
+  // Every host's agent was started at once (one srun step): each finds its
+  // own index by its host name, and none starts others.
+  bool step = false;
 
   std::string encode() const;
   // Parses what encode() wrote; bad input is an invalid-argument Status

@@ -24,6 +24,15 @@ std::string short_name(const std::string& s) { return s.substr(0, s.find('.')); 
 
 }  // namespace
 
+std::string srun_step_command(const std::vector<std::string>& hosts, const std::string& agent_command) {
+  std::string list;
+  for (const auto& h : hosts) list += (list.empty() ? "" : ",") + h;
+  std::string n = std::to_string(hosts.size());
+  return "srun --quiet --overlap --nodes=" + n + " --ntasks=" + n +
+         " --ntasks-per-node=1 --cpu-bind=none --kill-on-bad-exit=1 --input=all --nodelist=" + shell_quote(list) +
+         " " + agent_command;
+}
+
 Status apply_slurm_allocation(Options& options, char** envp) {
   const char* job = lookup(envp, "SLURM_JOB_ID");
   const char* list = lookup(envp, "SLURM_JOB_NODELIST");

@@ -1,6 +1,7 @@
 // slurm.hpp — accrun inside a Slurm allocation (accrun(1) "SLURM"): the
-// allocation is the host list, srun is the launch agent (one step per host,
-// overlapping the allocation's other steps), as mpirun does inside one.
+// allocation is the host list, and one srun step (overlapping the
+// allocation's other steps) starts an agent on every other node at once, as
+// mpirun and prterun do inside one.
 #pragma once
 
 #include "accrun/options.hpp"
@@ -8,9 +9,19 @@
 
 namespace accrun::launcher {
 
-// The srun template that starts one agent on {host} as a step of its own.
-inline constexpr const char* kSrunLaunchAgent =
-    "srun --quiet --overlap --nodes=1 --ntasks=1 --cpu-bind=none --kill-on-bad-exit=1 --nodelist={host} {cmd}";
+#include <string>
+#include <vector>
+
+// The launch agent inside an allocation: not a command per host but one
+// srun step for all of them (srun_step_command).  It names itself so in
+// messages and in accrun --dry-run.
+inline constexpr const char* kSrunLaunchAgent = "srun (one step, an agent per node)";
+
+// The shell command line that starts `agent_command` once on each of
+// `hosts` as one srun step: one task per node, no CPU binding of the agents,
+// overlapping the job's other steps, killed whole if one agent fails, with
+// srun's standard input (the launch description) given to every task.
+std::string srun_step_command(const std::vector<std::string>& hosts, const std::string& agent_command);
 
 // When SLURM_JOB_ID and SLURM_JOB_NODELIST are set: with neither --hostfile
 // nor -H, the hosts are the allocation's nodes with SLURM_TASKS_PER_NODE
