@@ -1,0 +1,120 @@
+// How the job controller starts its agents (launcher/src/controller/
+// launch_agent.hpp, slurm.hpp): shell quoting, launch-agent templates, the
+// launch tree's shape, the launch description an agent reads on stdin, and
+// the one srun step inside a Slurm allocation.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <set>
+#include <string>
+
+#include "controller/launch_agent.hpp"
+#include "controller/slurm.hpp"
+
+namespace accrun::launcher {
+namespace {
+
+// What /bin/sh makes of `line`: its words, one per line.
+std::string words(const std::string& line) {
+  std::string cmd = "for w in " + line + "; do printf '%s\\n' \"$w\"; done";
+  FILE* p = popen(("/bin/sh -c " + shell_quote(cmd)).c_str(), "r");
+  std::string out;
+  char buf[256];
+  while (p != nullptr && fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  if (p != nullptr) pclose(p);
+  return out;
+}
+
+TEST(LaunchAgent, ShellQuoteSurvivesTheShell) {
+  for (std::string w : {"plain", "with space", "it's", "$HOME `id` \"q\"", "", "a\\b;c|d&e"})
+    EXPECT_EQ(words(shell_quote(w)), w + "\n") << w;
+}
+
+TEST(LaunchAgent, CommandWithAndWithoutTemplate) {
+  // ssh style: the host, then the agent's command line as one word (ssh
+  // hands it to the remote shell).
+  EXPECT_EQ(words(launch_command("ssh -o BatchMode=yes", "h1", "'/opt/my accrun' --daemon")),
+            "ssh\n-o\nBatchMode=yes\nh1\n'/opt/my accrun' --daemon\n");
+  // A template: {host} quoted, {cmd} as the command line it is.
+  EXPECT_EQ(words(launch_command("docker exec {host} {cmd}", "node 1", "'/a b' --daemon")),
+            "docker\nexec\nnode 1\n/a b\n--daemon\n");
+  EXPECT_EQ(launch_command("{cmd}", "h9", "x --daemon"), "x --daemon");
+}
+
+TEST(LaunchAgent, TreeStartsEveryAgentOnceWithinTheFanout) {
+  for (int n : {1, 2, 7, 32, 33, 256, 1000}) {
+    for (int fanout : {1, 2, 8, 32}) {
+      std::set<int> started;
+      // Position 0 is the controller, agent i is position i + 1.
+      for (int pos = 0; pos <= n; ++pos) {
+        auto kids = tree_children(pos, n, fanout);
+        EXPECT_LE(static_cast<int>(kids.size()), fanout);
+        for (int k : kids) {
+          EXPECT_TRUE(started.insert(k).second) << "agent " << k << " started twice (n=" << n << ")";
+          EXPECT_GT(k + 1, pos) << "an agent starts one above it";
+        }
+      }
+      EXPECT_EQ(static_cast<int>(started.size()), n) << "n=" << n << " fanout=" << fanout;
+    }
+  }
+  EXPECT_EQ(tree_depth(32, 32), 1);
+  EXPECT_EQ(tree_depth(33, 32), 2);
+  EXPECT_EQ(tree_depth(256, 8), 3);  // 8 + 64 + 512 >= 256
+  EXPECT_EQ(tree_depth(0, 8), 0);
+}
+
+TEST(LaunchAgent, DescriptionRoundTrips) {
+  AgentLaunch a;
+  a.secret_hex = std::string(64, 'a');
+  a.index = 1;
+  a.controller = {"10.0.0.1:4000", "[::1]:4001"};
+  a.launch_agent = "ssh -F cfg";
+  a.daemon_path = "/opt/accrun/bin/accrun";
+  a.fanout = 8;
+  a.hosts = {"h1", "h2", "h3"};
+  a.ids = {4, 5, 6};
+  a.options = {{"num-gpus", "2"}};
+  a.step = true;
+  auto b = AgentLaunch::decode(a.encode());
+  ASSERT_TRUE(b) << b.status().message();
+  EXPECT_EQ(b->secret_hex, a.secret_hex);
+  EXPECT_EQ(b->index, 1);
+  EXPECT_EQ(b->controller, a.controller);
+  EXPECT_EQ(b->launch_agent, a.launch_agent);
+  EXPECT_EQ(b->daemon_path, a.daemon_path);
+  EXPECT_EQ(b->fanout, 8);
+  EXPECT_EQ(b->hosts, a.hosts);
+  EXPECT_EQ(b->ids, a.ids);
+  EXPECT_EQ(b->options, a.options);
+  EXPECT_TRUE(b->step);
+  a.step = false;
+  EXPECT_FALSE(AgentLaunch::decode(a.encode())->step);
+}
+
+TEST(LaunchAgent, BadDescriptionsNameTheLine) {
+  std::string good = "accrun-agent 1\nsecret " + std::string(64, 'b') + "\nindex 0\ncontroller 1.2.3.4:5\nhost h1 0\n";
+  EXPECT_TRUE(AgentLaunch::decode(good + "end\n"));
+  auto bad = [&](const std::string& text, const std::string& want) {
+    auto r = AgentLaunch::decode(text);
+    ASSERT_FALSE(r) << text;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
+  };
+  bad("accrun-agent 2\nend\n", "line 1");
+  bad(good + "step 2\nend\n", "line 6: bad step");
+  bad(good + "fanout 0\nend\n", "bad fanout");
+  bad(good + "colour blue\nend\n", "unknown key 'colour'");
+  bad(good, "ended before its 'end' line");
+  bad("accrun-agent 1\nsecret " + std::string(64, 'b') + "\nindex 3\ncontroller a:1\nhost h1 0\nend\n",
+      "index 3 is not one of its 1 hosts");
+}
+
+TEST(SrunStep, OneStepOneTaskPerNode) {
+  std::string cmd = srun_step_command({"h2", "h3", "gpu07"}, "'/usr/bin/accrun' --daemon");
+  for (const char* want : {"srun ", "--nodes=3 ", "--ntasks=3 ", "--ntasks-per-node=1 ", "--overlap ", "--cpu-bind=none ",
+                           "--kill-on-bad-exit=1 ", "--input=all ", "--nodelist=h2,h3,gpu07 ",
+                           " '/usr/bin/accrun' --daemon"})
+    EXPECT_NE(cmd.find(want), std::string::npos) << want << " in " << cmd;
+}
+
+}  // namespace
+}  // namespace accrun::launcher
