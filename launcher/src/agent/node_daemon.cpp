@@ -121,6 +121,9 @@ struct OutStream {
   std::unique_ptr<LineAssembler> lines;
 };
 
+// Tags in epoll's data: what became ready.
+constexpr uint64_t kTagSignal = 1, kTagQueue = 2, kTagStdin = 3, kTagUpstream = 4, kTagStream = 1ULL << 32, kTagTarget = 1ULL << 33;
+
 class Daemon final : public ClientEvents, public DaemonControl {
  public:
   Daemon(const Plan& plan, const RunConfig& config) : plan_(plan), cfg_(config), up_(config.upstream) {}
@@ -153,6 +156,19 @@ class Daemon final : public ClientEvents, public DaemonControl {
       pmix_->local_modex(rank, std::move(reply));
     } else {
       reply(PMIX_ERR_NOT_FOUND, std::string());
+    }
+  }
+  void pause_output(bool pause) override {
+    if (pause == output_paused_) return;
+    output_paused_ = pause;
+    // Out of the epoll set while paused: a pipe whose writer exited would
+    // report EPOLLHUP on every turn otherwise.
+    for (size_t i = 0; i < streams_.size(); ++i) {
+      if (streams_[i]->fd < 0) continue;
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = kTagStream | i;
+      epoll_ctl(epfd_, pause ? EPOLL_CTL_DEL : EPOLL_CTL_ADD, streams_[i]->fd, &ev);
     }
   }
   void stdin_data(std::string data) override {
@@ -214,10 +230,9 @@ class Daemon final : public ClientEvents, public DaemonControl {
   std::optional<Clock::time_point> policy_deadline_;  // waiting for a failure event to go out
   bool policy_pending_ = false;
   bool upstream_gone_ = false;
+  bool output_paused_ = false;  // pause_output()
 };
 
-// Tags in epoll's data: what became ready.
-constexpr uint64_t kTagSignal = 1, kTagQueue = 2, kTagStdin = 3, kTagUpstream = 4, kTagStream = 1ULL << 32, kTagTarget = 1ULL << 33;
 
 Daemon::~Daemon() {
   for (auto& s : streams_)
@@ -906,7 +921,8 @@ int Daemon::loop() {
     }
     bool streams_open = false;
     for (auto& s : streams_) streams_open |= s->fd >= 0;
-    if (all_exited && !streams_open) break;
+    // (Paused output: what the pipes hold goes out in finish().)
+    if (all_exited && (!streams_open || output_paused_)) break;
 
     auto now = Clock::now();
     std::optional<Clock::time_point> next;

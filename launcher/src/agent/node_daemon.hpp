@@ -36,6 +36,9 @@ class DaemonControl {
   // more of it, and its end.
   virtual void stdin_data(std::string data) = 0;
   virtual void stdin_end() = 0;
+  // Stop (true) or resume (false) reading the ranks' output pipes: the
+  // controller's reader is slow, and the ranks are to wait for it.
+  virtual void pause_output(bool pause) = 0;
   // Another host's agent asks for local rank `rank`'s PMIx data (direct
   // modex); `reply` gets the PMIx status and the library's blob.
   virtual void modex_request(int rank, std::function<void(int status, std::string blob)> reply) = 0;

@@ -95,6 +95,10 @@ bool AgentUpstream::on_readable(DaemonControl& daemon) {
       auto done = std::move(it->second);
       modex_waiters_.erase(it);
       done(*st, std::move(*blob));
+    } else if (f.type == msg::kOutputFlow) {
+      auto pause = r.boolean("output flow: pause");
+      if (!pause) return false;
+      daemon.pause_output(*pause);
     } else if (f.type == msg::kStdin) {
       auto end = r.boolean("stdin: end");
       auto data = r.bytes("stdin: data");

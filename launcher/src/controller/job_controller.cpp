@@ -23,6 +23,7 @@
 #include "accrun/log.hpp"
 #include "agent/node_daemon.hpp"
 #include "controller/agents.hpp"
+#include "controller/output_queue.hpp"
 #include "controller/protocol.hpp"
 #include "iof.hpp"
 #include "agent/pmix_server.hpp"
@@ -86,6 +87,11 @@ class Controller {
   std::optional<int> exit_code_;
   bool terminating_ = false;
   bool output_lost_[2] = {false, false};  // stdout, stderr could not be written
+  // The ranks' output waiting for accrun's stdout and stderr to take it.
+  OutputQueue out_[2] = {OutputQueue(1), OutputQueue(2)};
+  bool output_paused_ = false;
+  void output_failed(int which);
+  void flow_output();
   int interrupts_ = 0;
   std::optional<Clock::time_point> deadline_;
   // Standard input, across hosts: read here, pushed to the agents whose
@@ -450,21 +456,11 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       auto stream = r.u8("output: stream");
       auto data = r.bytes_view("output: data");
       if (!stream || !data) return on_lost(agent, "sent malformed output");
-      if (output_lost_[*stream == 1 ? 0 : 1]) return;
-      if (!write_all(*stream == 1 ? 1 : 2, data->data(), data->size())) {
-        // As a shell pipeline ends when its reader goes away (accrun(1)
-        // OUTPUT): every rank's pipe of that stream closes, the ranks die
-        // of SIGPIPE as they write, and accrun exits 141.
-        int err = errno;
-        output_lost_[*stream == 1 ? 0 : 1] = true;
-        say(std::string("cannot write the ranks' standard ") + (*stream == 1 ? "output" : "error") + ": " +
-            std::strerror(err) + "; closing it for every rank" + everywhere() + " (a rank writing to it gets SIGPIPE)");
-        wire::Writer w;
-        w.u8(*stream == 1 ? 1 : 2);
-        w.i32(err);
-        for (size_t a = 0; a < done_.size(); ++a)
-          if (!done_[a]) agents_->send(static_cast<int>(a), msg::kOutputClosed, w.data());
-      }
+      int which = *stream == 1 ? 0 : 1;
+      if (output_lost_[which]) return;
+      out_[which].push(*data);
+      if (!out_[which].flush()) output_failed(which);
+      flow_output();
       return;
     }
     case msg::kRankFailed: {
@@ -564,6 +560,36 @@ void Controller::modex_reply(int agent, uint64_t id, int status, std::string_vie
   agents_->send(agent, msg::kModexData, w.data());
 }
 
+// As a shell pipeline ends when its reader goes away (accrun(1) OUTPUT):
+// every rank's pipe of that stream closes, the ranks die of SIGPIPE as
+// they write, and accrun exits 141.
+void Controller::output_failed(int which) {
+  if (output_lost_[which]) return;
+  int err = out_[which].error();
+  output_lost_[which] = true;
+  say(std::string("cannot write the ranks' standard ") + (which == 0 ? "output" : "error") + ": " +
+      std::strerror(err) + "; closing it for every rank" + everywhere() + " (a rank writing to it gets SIGPIPE)");
+  wire::Writer w;
+  w.u8(static_cast<uint8_t>(which + 1));
+  w.i32(err);
+  for (size_t a = 0; a < done_.size(); ++a)
+    if (!done_[a]) agents_->send(static_cast<int>(a), msg::kOutputClosed, w.data());
+}
+
+// The agents stop reading their ranks' output while more than kHigh bytes
+// wait for a slow reader here, and start again below kLow.
+void Controller::flow_output() {
+  constexpr size_t kHigh = 8 << 20, kLow = 1 << 20;
+  size_t queued = out_[0].queued() + out_[1].queued();
+  bool pause = output_paused_ ? queued > kLow : queued > kHigh;
+  if (pause == output_paused_) return;
+  output_paused_ = pause;
+  wire::Writer w;
+  w.boolean(pause);
+  for (size_t a = 0; a < done_.size(); ++a)
+    if (!done_[a]) agents_->send(static_cast<int>(a), msg::kOutputFlow, w.data());
+}
+
 bool Controller::stdin_has_room() const {
   for (const auto& [a, n] : stdin_in_flight_)
     if (!done_[static_cast<size_t>(a)] && n >= msg::kStdinWindow) return false;
@@ -605,6 +631,10 @@ int Controller::loop() {
     bool want_stdin = stdin_open_ && stdin_has_room();
     fds.push_back({want_stdin ? 0 : -1, POLLIN, 0});
     who.push_back(-1);
+    for (int k = 0; k < 2; ++k) {
+      fds.push_back({out_[k].empty() || output_lost_[k] ? -1 : out_[k].fd(), POLLOUT, 0});
+      who.push_back(-1);
+    }
     for (size_t a = 0; a < done_.size(); ++a) {
       if (done_[a]) continue;
       fds.push_back({agents_->agent_fd(static_cast<int>(a)), POLLIN, 0});
@@ -633,7 +663,12 @@ int Controller::loop() {
       }
     }
     if (fds[1].revents) forward_stdin();
-    for (size_t i = 2; i < fds.size(); ++i) {
+    for (int k = 0; k < 2; ++k) {
+      if (!fds[2 + k].revents) continue;
+      if (!out_[k].flush()) output_failed(k);
+      flow_output();
+    }
+    for (size_t i = 4; i < fds.size(); ++i) {
       if (!fds[i].revents) continue;
       int a = who[i];
       auto frames = agents_->receive(a);
@@ -667,6 +702,22 @@ int Controller::loop() {
       signal_all(SIGKILL);
     }
     expire_lookups(now);
+  }
+  // What the reader has not taken yet still goes out, as the reader takes
+  // it; a job ended by a signal does not wait for it, and a signal now
+  // ends the wait.
+  while (interrupts_ == 0) {
+    std::vector<pollfd> fds{{sigfd, POLLIN, 0}};
+    for (int k = 0; k < 2; ++k)
+      if (!output_lost_[k] && !out_[k].empty()) fds.push_back({out_[k].fd(), POLLOUT, 0});
+    if (fds.size() == 1) break;
+    poll(fds.data(), fds.size(), -1);
+    signalfd_siginfo si;
+    if (fds[0].revents && read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si) &&
+        si.ssi_signo != SIGCONT && si.ssi_signo != SIGUSR1 && si.ssi_signo != SIGUSR2)
+      break;
+    for (int k = 0; k < 2; ++k)
+      if (!output_lost_[k] && !out_[k].empty() && !out_[k].flush()) output_failed(k);
   }
   close(sigfd);
   sigprocmask(SIG_SETMASK, &old, nullptr);

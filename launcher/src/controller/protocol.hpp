@@ -85,6 +85,10 @@ enum Type : uint16_t {
   // owning agent → controller, then controller → the asking agent: u64 id,
   // i32 PMIx status, bytes the library's blob.
   kModexData = 22,
+  // controller → agent: bool pause: stop (true) or resume (false) reading
+  // the ranks' output pipes; the controller holds more output than its
+  // reader has taken (a slow reader's backpressure reaches the ranks).
+  kOutputFlow = 23,
 };
 
 constexpr size_t kStdinWindow = 1 << 20;

@@ -648,6 +648,44 @@ TEST(Launcher, TaggedLinesFromFourRanksStayWhole) {
   }
 }
 
+// A reader that stops reading for a while (a paused pager) holds the ranks
+// back without losing a line; the wait is longer than the agents' silence
+// limits, and accrun still answers Ctrl-C at once (its loop never waits on
+// the reader).
+TEST(Launcher, ASlowReaderLosesNothingAndDoesNotBlockSignals) {
+  Proc p({"-n", "2", "sh", "-c", "seq 1 300000"});
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  EXPECT_EQ(p.wait(30), 0) << p.err();
+  EXPECT_EQ(lines_of(p.out()).size(), 600000u);
+  EXPECT_EQ(p.err(), "");
+
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], 1);
+    close(out[0]);
+    close(out[1]);
+    execl(ACCRUN_EXE, ACCRUN_EXE, "-n", "2", "yes", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the pipe is full long before
+  kill(pid, SIGINT);
+  auto t0 = Clock::now();
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0 && Clock::now() - t0 < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto took = Clock::now() - t0;
+  EXPECT_LT(took, std::chrono::seconds(2)) << "accrun waited on its reader after Ctrl-C";
+  if (took >= std::chrono::seconds(10)) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  close(out[0]);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130) << status;
+}
+
 // Output that cannot be written ends the job as a shell pipeline would: the
 // ranks' pipes are closed, they die of SIGPIPE, accrun exits 141 and says so
 // once (accrun(1) OUTPUT, EXIT STATUS).

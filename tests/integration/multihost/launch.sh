@@ -91,6 +91,12 @@ badlines=$(grep -cvE '^\[h[1-4]:([0-7])\] rank \1 line [0-9]+$' "$state/scratch/
   bad "flood: exit $rc, $total lines, $badlines bad" "$(grep -vE '^\[h[1-4]:([0-7])\] rank \1 line [0-9]+$' "$state/scratch/flood.out" | head -5)"
 rm -f "$state/scratch/flood.out"
 
+# 7a. A reader that pauses longer than the hosts' silence limits (a pager):
+# the ranks wait, no line is lost, no host is taken for lost.
+n=$("$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" sh -c 'seq 1 200000' 2>"$state/scratch/slow.err" | (sleep 5; wc -l))
+[ "$n" = 1600000 ] && [ ! -s "$state/scratch/slow.err" ] && ok "a reader paused 5 s: 1,600,000 lines, no message" ||
+  bad "slow reader: $n lines" "$(cat "$state/scratch/slow.err")"
+
 # 7b. A reader that goes away ends the job on every host (141), as in a pipeline.
 "$accrun" -n 4 -H h1:2,h2:2 --launch-agent "$agent" yes 2>"$state/scratch/pipe.err" | head -1 >/dev/null
 check "| head -1 ends the job with 141" "^141$" "${PIPESTATUS[0]}"
