@@ -2,7 +2,8 @@
 # accrun inside a Slurm allocation on the test bed's Slurm cluster (accrun(1)
 # "SLURM"): salloc -N 4 accrun -n 8 of an Open MPI program (agents started by
 # srun, the allocation as the host list), accrun --detect of every node, an
-# sbatch script's exit status, and scancel ending everything within 5 s.
+# sbatch script's exit status, scancel ending everything within 5 s, and a
+# node dropping off the network ending the job within 5 s.
 # usage: slurm.sh SOURCE_DIR ACCRUN MPI_HELLO
 set -uo pipefail
 src=$1
@@ -43,4 +44,21 @@ wait $job 2>/dev/null
 nothing_left "scancel" "sleep 60"
 took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}')
 awk -v t="$took" 'BEGIN{exit !(t <= 5)}' && ok "scancel: all gone in $took s" || bad "scancel took $took s" "$(cat "$state/scratch/cancel.out")"
+# A node that drops off the network mid-job (its link down): the job ends
+# within 5 s naming it, and nothing is left on any node once it is back.
+salloc -N 4 -n 8 -O --quiet "$accrun" sleep 60 >"$state/scratch/node.out" 2>&1 &
+job=$!
+for _ in $(seq 100); do [ "$("$tb" hx h3 pgrep -c -x sleep)" -ge 1 ] && break; sleep 0.05; done
+t0=$(date +%s.%N)
+ip link set vt-h3 down
+wait $job
+rc=$?
+took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}')
+ip link set vt-h3 up
+awk -v t="$took" 'BEGIN{exit !(t <= 5)}' && [ "$rc" != 0 ] && ok "a node's link down: the job ended in $took s (exit $rc)" ||
+  bad "a node's link down: exit $rc after $took s" "$(cat "$state/scratch/node.out")"
+check "the lost node is named" "host h3: no word from its agent" "$(cat "$state/scratch/node.out")"
+nothing_left "a node's link down" "sleep 60"
+squeue -h -o %i | xargs -r scancel 2>/dev/null
+
 exit $fail
