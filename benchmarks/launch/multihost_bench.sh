@@ -7,8 +7,10 @@
 #   3. Scale by simulation: agents started on this machine through the
 #      template '{cmd}' under distinct host names, 32..256 agents x 1 rank,
 #      --fanout 8 and the default: launch-to-exit time, and how many launch
-#      agents the controller itself started.
-# usage: multihost_bench.sh ACCRUN MPI_HELLO [ROUNDS]
+#      agents the controller itself started; with FENCE_BENCH set (the
+#      fence_bench program), a PMIx fence's median time, with and without
+#      data, at each agent count.
+# usage: [FENCE_BENCH=path] multihost_bench.sh ACCRUN MPI_HELLO [ROUNDS]
 set -uo pipefail
 accrun=$1
 hello=$2
@@ -68,6 +70,8 @@ for n in 32 64 128 256; do
     line=$(ACCRUN_LOG=debug "$accrun" -n "$n" -H "sim[1-$n]:1" --fanout "$f" --launch-agent '{cmd}' /bin/true 2>&1 | grep -m1 "launch tree")
     depth=$(sed -n 's/.*depth \([0-9]*\).*/\1/p' <<<"$line")
     here_n=$(sed -n 's/.*; \([0-9]*\) started here.*/\1/p' <<<"$line")
-    printf '%8d %8d %10.1f %8s %14s\n' "$n" "$f" "$(printf '%s\n' "${runs[@]}" | grep -v hang | median | awk '{print $1*1000}')" "$depth" "$here_n"
+    fence=""
+    [ -n "${FENCE_BENCH:-}" ] && fence=$(timeout "$limit" "$accrun" -n "$n" -H "sim[1-$n]:1" --fanout "$f" --launch-agent '{cmd}' "$FENCE_BENCH" 20 2>/dev/null)
+    printf '%8d %8d %10.1f %8s %14s %s\n' "$n" "$f" "$(printf '%s\n' "${runs[@]}" | grep -v hang | median | awk '{print $1*1000}')" "$depth" "$here_n" "$fence"
   done
 done
