@@ -618,7 +618,11 @@ Result<Plan> plan(const JobSpec& spec, const std::vector<HostSlots>& hosts) {
       const std::string var = "ACCRUN_" + upper(r.name);
       res_vars.emplace_back(var + "_IDS", var + "_FRACTION");
     }
-    const std::string master_port_s = std::to_string(spec.master_port);
+    // A MASTER_PORT the user set is kept (as torchrun keeps it); else the
+    // port the launcher chose.
+    const auto user_port = spec.inherited.find("MASTER_PORT");
+    const bool keep_port = user_port != spec.inherited.end() && !user_port->second.empty();
+    const std::string master_port_s = keep_port ? user_port->second : std::to_string(spec.master_port);
     const std::string local_size_s = std::to_string(local_size);
     const std::string node_s = std::to_string(node);
     std::string type;  // the ranks' device type, else the host's
@@ -653,7 +657,7 @@ Result<Plan> plan(const JobSpec& spec, const std::vector<HostSlots>& hosts) {
     common.emplace("WORLD_SIZE", size_s);
     common.emplace("LOCAL_WORLD_SIZE", local_size_s);
     common.emplace("MASTER_ADDR", master_addr);
-    if (spec.master_port > 0) common.emplace("MASTER_PORT", master_port_s);
+    if (keep_port || spec.master_port > 0) common.emplace("MASTER_PORT", master_port_s);
     common.emplace("OMPI_COMM_WORLD_SIZE", size_s);
     common.emplace("OMPI_COMM_WORLD_LOCAL_SIZE", local_size_s);
 

@@ -236,6 +236,16 @@ TEST(Planner, WholeRequestsTakeConsecutiveDevices) {
   EXPECT_EQ(env(p.ranks[3], "ACCRUN_GPU_FRACTION"), "<unset>");
 }
 
+TEST(Planner, KeepsTheUsersMasterPort) {
+  JobSpec s = spec_of(2);
+  s.inherited["MASTER_PORT"] = "23456";
+  Plan p = ok(s, {slots(host("a", 0), 4)});
+  EXPECT_EQ(env(p.ranks[0], "MASTER_PORT"), "23456");
+  EXPECT_EQ(env(p.ranks[1], "MASTER_PORT"), "23456");
+  s.inherited["MASTER_PORT"] = "";  // set but empty: accrun's own
+  EXPECT_EQ(env(ok(s, {slots(host("a", 0), 4)}).ranks[1], "MASTER_PORT"), "29500");
+}
+
 TEST(Planner, FillsHostsInOrderUpToSlots) {
   Plan p = ok(spec_of(6), {slots(host("a", 0), 4), slots(host("b", 0), 4)});
   for (int r = 0; r < 4; ++r) EXPECT_EQ(p.ranks[static_cast<std::size_t>(r)].host, 0);

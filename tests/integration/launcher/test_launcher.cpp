@@ -289,6 +289,17 @@ TEST(Launcher, ExportsWdirAndInheritedLauncherVariables) {
         << l;
 }
 
+// torchrun keeps a MASTER_PORT the user set; so does accrun.
+TEST(Launcher, TheUsersMasterPortIsKept) {
+  auto r = run({"-n", "2", "sh", "-c", "echo port $MASTER_PORT"}, {"MASTER_PORT=23456"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "port 23456\nport 23456\n");
+  r = run({"-n", "2", "sh", "-c", "echo port $MASTER_PORT"}, {"MASTER_PORT"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("port "), std::string::npos);
+  EXPECT_EQ(r.out.find("port 23456"), std::string::npos) << r.out;
+}
+
 TEST(Launcher, FractionalGpusArePackedIntoVisibleDevices) {
   RunResult r = run({"-n", "4", "--num-gpus", "2", "--gpus-per-rank", "0.5", "sh", "-c",
                "echo \"$ACCRUN_RANK $CUDA_VISIBLE_DEVICES $ACCRUN_GPU_IDS\""},
