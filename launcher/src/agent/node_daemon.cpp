@@ -93,6 +93,20 @@ std::string rank_ranges(const std::vector<int>& ranks) {
 }
 
 
+// " with GPU 0,1 and NEURON_CORE 4 (0.5 of it)": the devices the plan gave a rank, from
+// its ACCRUN_<R>_IDS and ACCRUN_<R>_FRACTION variables (--report-bindings).
+std::string devices_of(const Env& env) {
+  std::string out;
+  for (const auto& [k, v] : env) {
+    if (k.rfind("ACCRUN_", 0) != 0 || k.size() <= 11 || k.compare(k.size() - 4, 4, "_IDS") != 0 || v.empty())
+      continue;
+    std::string resource = k.substr(7, k.size() - 11);
+    out += (out.empty() ? " with " : " and ") + resource + " " + v;
+    if (auto f = env.find("ACCRUN_" + resource + "_FRACTION"); f != env.end()) out += " (" + f->second + " of it)";
+  }
+  return out.empty() ? " with no devices" : out;
+}
+
 std::string signal_name(int sig) {
   const char* d = strsignal(sig);
   return std::string(sigabbrev_np(sig) ? std::string("SIG") + sigabbrev_np(sig) : "signal") + " (" +
@@ -824,7 +838,8 @@ int Daemon::setup_and_spawn() {
     }
     if (cfg_.report_bindings)
       say(cfg_.err_fd, "rank " + std::to_string(r) + " on host " + host_of(r) +
-                           (c.bind ? " bound to cpus " + cpus : std::string(" not bound")));
+                           (c.bind ? " bound to cpus " + cpus : std::string(" not bound")) +
+                           devices_of(plan_.ranks[r].env));
   }
 
   trace(t0_, "ranks prepared");

@@ -333,6 +333,13 @@ TEST(Launcher, RanksAreBoundWhereThePlanSays) {
     }
     EXPECT_EQ(allowed, reported) << r.err;
   }
+  // Devices too.
+  r = run({"-n", "2", "--num-gpus", "2", "--gpus-per-rank", "1", "--report-bindings", "true"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(first_match(r.err, "rank 1 on host \\S+ (?:bound to cpus \\S+|not bound) with GPU (\\d+)\n"), "") << r.err;
+  EXPECT_NE(r.err.find("rank 0 on host"), std::string::npos) << r.err;
+  r = run({"-n", "1", "--report-bindings", "true"});
+  EXPECT_NE(r.err.find(" with no devices"), std::string::npos) << r.err;
 }
 
 // ------------------------------------------------------------- PMIx / MPI
