@@ -3,17 +3,35 @@
 #include <utility>
 
 #include "accrun/commands.hpp"
+#include "agent/spawn.hpp"
 #include "controller/job_controller.hpp"
 
 namespace accrun::launcher {
 
 namespace {
-// What MASTER_PORT shows in a dry run; a real launch picks a free port.
-constexpr int kDryRunMasterPort = 29500;
+
+// What only a launch knows, in a dry run's environments.
+constexpr const char* kAtLaunch = "(at launch)";
+
+// The rest of what each rank's environment will hold: what its node agent
+// adds at spawn, with the values only a launch knows marked as such; and
+// MASTER_PORT, which rank 0's agent chooses unless the user set it.
+void add_launch_time_env(Plan& plan) {
+  std::vector<int> on_host(plan.hosts.size(), 0);
+  for (const auto& r : plan.ranks) ++on_host[static_cast<size_t>(r.host)];
+  for (auto& r : plan.ranks) {
+    const detect::Inventory& inv = plan.hosts[static_cast<size_t>(r.host)].inventory;
+    bool over = plan.oversubscribed || (inv.cpus > 0 && on_host[static_cast<size_t>(r.host)] > inv.cpus);
+    add_launch_env(r.env, r.rank, kAtLaunch, kAtLaunch, over);
+    if (r.env.count("MASTER_ADDR") != 0) r.env.emplace("MASTER_PORT", kAtLaunch);
+  }
+}
+
 }  // namespace
 
 int dry_run_main(const Options& options, char** envp) {
-  auto p = build_plan(options, envp, kDryRunMasterPort);
+  auto p = build_plan(options, envp, 0);
+  if (p) add_launch_time_env(*p);
   if (!p) {
     std::fprintf(stderr, "accrun: %s\n", p.status().message().c_str());
     // Bad input exits 2 (DESIGN.md §9); a failure to look at this host is 1.

@@ -815,11 +815,7 @@ int Daemon::setup_and_spawn() {
       return 1;
     }
     for (const auto& [k, v] : *client) e[k] = v;
-    e["OMPI_MCA_schizo"] = "^orte";
-    e["OMPI_MCA_btl_vader_backing_directory"] = shm_dir_ + "/ompi";
-    if (oversubscribed) e["OMPI_MCA_mpi_oversubscribe"] = "1";
-    e["ACCRUN_JOB_ID"] = jobid_;
-    e["ACCRUN_SHM_DIR"] = shm_dir_;
+    add_launch_env(e, r, jobid_, shm_dir_, oversubscribed);
     for (const auto& [k, v] : e) c.env_storage.push_back(k + "=" + v);
     for (auto& s : c.env_storage) c.envp.push_back(s.data());
     c.envp.push_back(nullptr);

@@ -43,6 +43,16 @@ Env filter_inherited(const Env& inherited) {
   return out;
 }
 
+void add_launch_env(Env& env, int rank, const std::string& jobid, const std::string& shm_dir, bool oversubscribed) {
+  env["PMIX_NAMESPACE"] = "accrun." + jobid;
+  env["PMIX_RANK"] = std::to_string(rank);
+  env["OMPI_MCA_schizo"] = "^orte";
+  env["OMPI_MCA_btl_vader_backing_directory"] = shm_dir + "/ompi";
+  if (oversubscribed) env["OMPI_MCA_mpi_oversubscribe"] = "1";
+  env["ACCRUN_JOB_ID"] = jobid;
+  env["ACCRUN_SHM_DIR"] = shm_dir;
+}
+
 // Parses an hwloc list string ("0-3,8") into a CPU set; false if malformed.
 bool parse_cpus(const std::string& list, cpu_set_t* set) {
   CPU_ZERO(set);

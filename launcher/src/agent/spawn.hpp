@@ -20,6 +20,13 @@ namespace accrun::launcher {
 // variables).
 Env filter_inherited(const Env& inherited);
 
+// What the node agent adds to a rank's planned environment when it starts
+// it (accrun(7), "Environment added at spawn"): the job's id and
+// shared-memory directory, the PMIx namespace and rank, and what Open MPI
+// needs to wire up through the agent.  The dry run shows the same, with
+// "(at launch)" for the values only a launch knows.
+void add_launch_env(Env& env, int rank, const std::string& jobid, const std::string& shm_dir, bool oversubscribed);
+
 // Parses an hwloc list string ("0-3,8") into a CPU set; false if malformed.
 bool parse_cpus(const std::string& list, cpu_set_t* set);
 

@@ -289,6 +289,68 @@ TEST(Launcher, ExportsWdirAndInheritedLauncherVariables) {
         << l;
 }
 
+// --dry-run --json's env is what a launch really adds to each rank's
+// environment: every value the same, "(at launch)" where only a launch
+// knows it, and nothing the launch adds left out but the PMIx library's own
+// connection variables (accrun(1) --dry-run).
+TEST(Launcher, DryRunEnvIsWhatTheRanksGet) {
+  RunResult dry = run({"--dry-run", "--json", "-n", "3", "true"});
+  ASSERT_EQ(dry.status, 0) << dry.err;
+  std::vector<std::map<std::string, std::string>> planned;
+  std::regex rank_re("\\{\"rank\": (\\d+).*?\"env\": \\{(.*?)\\}\\}");
+  std::regex kv_re("\"([^\"]*)\": \"([^\"]*)\"");
+  for (auto it = std::sregex_iterator(dry.out.begin(), dry.out.end(), rank_re); it != std::sregex_iterator(); ++it) {
+    std::map<std::string, std::string> env;
+    std::string body = (*it)[2];
+    for (auto kv = std::sregex_iterator(body.begin(), body.end(), kv_re); kv != std::sregex_iterator(); ++kv)
+      env[(*kv)[1]] = (*kv)[2];
+    planned.push_back(env);
+  }
+  ASSERT_EQ(planned.size(), 3u) << dry.out;
+
+  std::string dir = tmpdir() + "/accrun-envtest." + std::to_string(getpid());
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  RunResult real = run({"-n", "3", "sh", "-c", "env -0 > " + dir + "/env.$ACCRUN_RANK"});
+  ASSERT_EQ(real.status, 0) << real.err;
+  std::set<std::string> mine;
+  for (char** e = environ; *e != nullptr; ++e) mine.insert(std::string(*e, std::strcspn(*e, "=")));
+  for (int r = 0; r < 3; ++r) {
+    std::ifstream f(dir + "/env." + std::to_string(r));
+    std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::map<std::string, std::string> got;
+    for (size_t pos = 0; pos < all.size();) {
+      size_t end = all.find('\0', pos);
+      if (end == std::string::npos) end = all.size();
+      std::string kv = all.substr(pos, end - pos);
+      size_t eq = kv.find('=');
+      if (eq != std::string::npos) got[kv.substr(0, eq)] = kv.substr(eq + 1);
+      pos = end + 1;
+    }
+    const std::string jobid = got["ACCRUN_JOB_ID"];
+    ASSERT_FALSE(jobid.empty()) << "rank " << r;
+    for (const auto& [k, v] : planned[static_cast<size_t>(r)]) {
+      ASSERT_TRUE(got.count(k)) << "rank " << r << ": the dry run shows " << k << ", the rank did not get it";
+      if (v.find("(at launch)") == std::string::npos) {
+        EXPECT_EQ(got[k], v) << "rank " << r << ": " << k;
+      } else if (k != "MASTER_PORT" && k != "ACCRUN_SHM_DIR" && k != "OMPI_MCA_btl_vader_backing_directory") {
+        std::string want = v;
+        want.replace(want.find("(at launch)"), 11, jobid);
+        EXPECT_EQ(got[k], want) << "rank " << r << ": " << k;
+      }
+    }
+    for (const auto& [k, v] : got) {
+      if (mine.count(k) || planned[static_cast<size_t>(r)].count(k) || k.rfind("PMIX_", 0) == 0 || k == "PWD" ||
+          k == "SHLVL" || k == "_")
+        continue;
+      ADD_FAILURE() << "rank " << r << " got " << k << "=" << v << ", which the dry run does not show";
+    }
+  }
+  std::remove((dir + "/env.0").c_str());
+  std::remove((dir + "/env.1").c_str());
+  std::remove((dir + "/env.2").c_str());
+  rmdir(dir.c_str());
+}
+
 // torchrun keeps a MASTER_PORT the user set; so does accrun.
 TEST(Launcher, TheUsersMasterPortIsKept) {
   auto r = run({"-n", "2", "sh", "-c", "echo port $MASTER_PORT"}, {"MASTER_PORT=23456"});
