@@ -489,7 +489,11 @@ void Daemon::read_output(OutStream& s) {
 
 int Daemon::run() {
   int status = setup_and_spawn();
-  if (status < 0) status = loop();
+  if (status < 0) {
+    up_->phase(1);
+    status = loop();
+  }
+  if (!upstream_gone_) up_->phase(2);
   finish();
   // Output was lost although no rank failed (they wrote it before the pipes
   // were closed): accrun reports it as a pipeline's writer would, 141 for a

@@ -92,6 +92,9 @@ class Upstream {
   // `n` bytes of pushed stdin reached every local rank that takes it: the
   // controller may send that much more.
   virtual void stdin_consumed(size_t n) = 0;
+  // The daemon's phase: 1 its ranks started and its loop runs (it ticks
+  // twice a second from now on), 2 its ranks ended and it cleans up.
+  virtual void phase(int p) = 0;
   // Called from the loop at least twice a second (heartbeats); false once
   // the controller has been silent too long (its host or the network went
   // away), which the daemon treats as the controller being gone.

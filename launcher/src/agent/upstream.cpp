@@ -2,6 +2,7 @@
 #include "agent/upstream.hpp"
 
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -185,8 +186,13 @@ bool AgentUpstream::tick() {
     post(msg::kHeartbeat, "");
   }
   // The controller beats every second too: silence means its host or
-  // the network between us is gone.
-  return stopped_ || now - last_heard_ < kControllerSilence;
+  // the network between us is gone.  Words not read yet (this agent was
+  // busy, a slow start on a loaded host) are not silence.
+  if (now - last_heard_ >= kControllerSilence) {
+    int unread = 0;
+    if (ioctl(fd_, FIONREAD, &unread) == 0 && unread > 0) heard();
+  }
+  return stopped_ || std::chrono::steady_clock::now() - last_heard_ < kControllerSilence;
 }
 
 void AgentUpstream::post(uint16_t type, std::string_view payload) {
@@ -207,6 +213,12 @@ void AgentUpstream::modex(int rank, std::function<void(int, std::string)> done) 
   w.u64(id);
   w.u32(static_cast<uint32_t>(rank));
   post(msg::kModexRequest, w.data());
+}
+
+void AgentUpstream::phase(int p) {
+  wire::Writer w;
+  w.u8(static_cast<uint8_t>(p));
+  post(msg::kPhase, w.data());
 }
 
 void AgentUpstream::stdin_consumed(size_t n) {

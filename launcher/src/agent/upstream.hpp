@@ -45,6 +45,7 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   void fence(const std::string& signature, std::string blob,
              std::function<void(bool, std::string)> done) override;
   bool tick() override;
+  void phase(int p) override;
   void stdin_consumed(size_t n) override;
   void modex(int rank, std::function<void(int, std::string)> done) override;
   void heard() { last_heard_ = std::chrono::steady_clock::now(); }

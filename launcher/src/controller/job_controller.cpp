@@ -83,7 +83,7 @@ class Controller {
   std::vector<int> host_of_agent_;           // agent index -> plan host (-1: no ranks)
   std::vector<bool> done_;                   // agent reported kDone or was lost
   std::vector<Clock::time_point> last_seen_;
-  std::vector<bool> heard_since_launch_;       // its event loop runs: beats are due every second
+  std::vector<bool> heard_since_launch_;       // its event loop runs (kPhase 1): beats are due every second
   std::optional<int> exit_code_;
   bool terminating_ = false;
   bool output_lost_[2] = {false, false};  // stdout, stderr could not be written
@@ -449,7 +449,6 @@ void Controller::on_lost(int agent, const std::string& why) {
 
 void Controller::on_frame(int agent, const wire::Frame& f) {
   last_seen_[static_cast<size_t>(agent)] = Clock::now();
-  heard_since_launch_[static_cast<size_t>(agent)] = true;
   wire::Reader r(f.payload);
   switch (f.type) {
     case msg::kOutput: {
@@ -537,6 +536,12 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       if (!n) return on_lost(agent, "sent a malformed stdin acknowledgement");
       auto it = stdin_in_flight_.find(agent);
       if (it != stdin_in_flight_.end()) it->second -= std::min<size_t>(it->second, *n);
+      return;
+    }
+    case msg::kPhase: {
+      auto phase = r.u8("phase");
+      if (!phase) return on_lost(agent, "sent a malformed phase");
+      heard_since_launch_[static_cast<size_t>(agent)] = *phase == 1;
       return;
     }
     case msg::kHeartbeat:
@@ -689,8 +694,8 @@ int Controller::loop() {
         if (!done_[a]) agents_->send(static_cast<int>(a), msg::kHeartbeat, "");
     }
     for (size_t a = 0; a < done_.size(); ++a)
-      if (!done_[a] && now - last_seen_[a] > (heard_since_launch_[a] ? kHeartbeatLimit : kStartLimit))
-        on_lost(static_cast<int>(a), "no word from its agent for " + std::to_string(kHeartbeatLimit.count()) +
+      if (auto limit = heard_since_launch_[a] ? kHeartbeatLimit : kStartLimit; !done_[a] && now - last_seen_[a] > limit)
+        on_lost(static_cast<int>(a), "no word from its agent for " + std::to_string(limit.count()) +
                                          " s (the host or its network is down)");
     last_turn = Clock::now();
     if (deadline_ && now >= *deadline_) {

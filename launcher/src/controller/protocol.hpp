@@ -89,6 +89,11 @@ enum Type : uint16_t {
   // the ranks' output pipes; the controller holds more output than its
   // reader has taken (a slow reader's backpressure reaches the ranks).
   kOutputFlow = 23,
+  // agent → controller: u8 phase: 1 its ranks started and its event loop
+  // runs (from now on it beats every second: silence past 3 s is a lost
+  // host); 2 its ranks ended and it cleans up (slow on a loaded host: its
+  // silence is judged as leniently as while it started).
+  kPhase = 24,
 };
 
 constexpr size_t kStdinWindow = 1 << 20;
