@@ -9,6 +9,7 @@
 #include "accrun/commands.hpp"
 #include "accrun/hostfile.hpp"
 #include "controller/agents.hpp"
+#include "controller/slurm.hpp"
 
 namespace accrun::launcher {
 
@@ -33,6 +34,7 @@ std::map<std::string, std::string> detect_overrides(const Options& options) {
 
 detect::DetectConfig detect_config(const Options& options, char** envp) {
   detect::DetectConfig config = detect::DetectConfig::from_environment(envp);
+  apply_slurm_gpu_mask(config.environment);
   if (options.topology) config.topology_xml = *options.topology;  // --topology wins over HWLOC_XMLFILE
   config.num_gpus = options.num_gpus;
   config.resources = options.resources;

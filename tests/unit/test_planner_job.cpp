@@ -37,6 +37,13 @@ class BuildPlan : public ::testing::Test {
     files_.push_back(path);
     return path;
   }
+  // Replaces the environment the plan is built with.
+  void set_env(std::initializer_list<std::string> env) {
+    env_strings_ = env;
+    envp_.clear();
+    for (auto& e : env_strings_) envp_.push_back(e.data());
+    envp_.push_back(nullptr);
+  }
   Result<Plan> run(std::initializer_list<std::string> args) {
     std::vector<std::string> words = {"accrun"};
     words.insert(words.end(), args.begin(), args.end());
@@ -52,6 +59,26 @@ class BuildPlan : public ::testing::Test {
   std::vector<std::string> env_strings_;
   std::vector<char*> envp_;
 };
+
+// Inside a Slurm job the GPUs of the step (SLURM_STEP_GPUS) are the
+// inherited mask when Slurm left no CUDA_VISIBLE_DEVICES; one it set wins.
+TEST_F(BuildPlan, SlurmStepGpusAreTheInheritedMask) {
+  const std::string root = "ACCRUN_SYSFS_ROOT=" + kFixtures + "/sysfs/nvidia-8xh100";
+  set_env({root, "ACCRUN_NVML_LIBRARY=", "SLURM_JOB_ID=7", "SLURM_STEP_GPUS=2,5"});
+  auto p = run({"--dry-run", "-n", "2", "--gpus-per-rank", "1", "true"});
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->ranks[0].env.at("CUDA_VISIBLE_DEVICES"), "2");
+  EXPECT_EQ(p->ranks[1].env.at("CUDA_VISIBLE_DEVICES"), "5");
+  auto three = run({"--dry-run", "-n", "3", "--gpus-per-rank", "1", "true"});
+  EXPECT_FALSE(three.is_ok()) << "a third GPU outside the step's";
+  set_env({root, "ACCRUN_NVML_LIBRARY=", "SLURM_JOB_ID=7", "SLURM_STEP_GPUS=2,5", "CUDA_VISIBLE_DEVICES=6"});
+  p = run({"--dry-run", "-n", "1", "--gpus-per-rank", "1", "true"});
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->ranks[0].env.at("CUDA_VISIBLE_DEVICES"), "6");
+  set_env({root, "ACCRUN_NVML_LIBRARY=", "SLURM_STEP_GPUS=2,5"});  // not inside a job: no mask
+  p = run({"--dry-run", "-n", "8", "--gpus-per-rank", "1", "true"});
+  EXPECT_TRUE(p.is_ok()) << p.status().message();
+}
 
 TEST_F(BuildPlan, LocalHostAloneGetsDetectedLogicalGpus) {
   auto p = run({"--dry-run", "-n", "4", "--num-gpus", "2", "--gpus-per-rank", "0.5", "-x", "KEEP", "true"});

@@ -30,6 +30,7 @@
 #include "agent/node_daemon.hpp"
 #include "agent/upstream.hpp"
 #include "controller/launch_agent.hpp"
+#include "controller/slurm.hpp"
 #include "iof.hpp"
 #include "controller/protocol.hpp"
 #include "wire/auth.hpp"
@@ -101,6 +102,7 @@ Result<int> connect_controller(const AgentLaunch& launch, const wire::Secret& se
 // detection error.
 std::pair<bool, std::string> detect_here(const AgentLaunch& launch, char** envp) {
   detect::DetectConfig config = detect::DetectConfig::from_environment(envp);
+  apply_slurm_gpu_mask(config.environment);
   if (auto it = launch.options.find("num-gpus"); it != launch.options.end()) config.num_gpus = std::atoi(it->second.c_str());
   if (auto it = launch.options.find("host-accelerator-type"); it != launch.options.end())
     config.host_accelerator_type = it->second;

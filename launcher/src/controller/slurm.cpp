@@ -24,6 +24,20 @@ std::string short_name(const std::string& s) { return s.substr(0, s.find('.')); 
 
 }  // namespace
 
+void apply_slurm_gpu_mask(Env& env) {
+  if (env.count("SLURM_JOB_ID") == 0) return;
+  std::string ids;
+  for (const char* name : {"SLURM_STEP_GPUS", "GPU_DEVICE_ORDINAL", "SLURM_JOB_GPUS"}) {
+    auto it = env.find(name);
+    if (it != env.end() && !it->second.empty()) {
+      ids = it->second;
+      break;
+    }
+  }
+  if (ids.empty()) return;
+  for (const char* mask : {"CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}) env.emplace(mask, ids);
+}
+
 std::string srun_step_command(const std::vector<std::string>& hosts, const std::string& agent_command) {
   std::string list;
   for (const auto& h : hosts) list += (list.empty() ? "" : ",") + h;

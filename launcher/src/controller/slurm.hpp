@@ -5,6 +5,7 @@
 #pragma once
 
 #include "accrun/options.hpp"
+#include "accrun/plan.hpp"
 #include "accrun/status.hpp"
 
 namespace accrun::launcher {
@@ -31,5 +32,12 @@ std::string srun_step_command(const std::vector<std::string>& hosts, const std::
 // hostfile or -H must name only allocated nodes.  Bad input is an
 // invalid-argument Status naming the variable or the hosts.
 Status apply_slurm_allocation(Options& options, char** envp);
+
+// Inside a Slurm job, the GPUs Slurm gave this node's step (gres) are the
+// inherited mask (accrun(7), Visible-device variables): where Slurm left no
+// CUDA_VISIBLE_DEVICES (ROCR_VISIBLE_DEVICES for AMD), SLURM_STEP_GPUS, else
+// GPU_DEVICE_ORDINAL, else SLURM_JOB_GPUS stands for it in `env`.  A mask
+// Slurm set itself is kept as it is.  Outside a job, nothing changes.
+void apply_slurm_gpu_mask(Env& env);
 
 }  // namespace accrun::launcher
