@@ -13,7 +13,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <poll.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <optional>
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
@@ -196,6 +201,10 @@ Result<int> hold_owner_lock(const std::string& dir) {
 
 namespace {
 
+// How long the janitor gives an agent whose job controller went away to end
+// by itself before it takes it for hung, kills it and cleans up.
+constexpr auto kAgentGrace = std::chrono::seconds(10);
+
 // Whether a process that is not a zombie is left in one of `groups`.
 // Zombies count as gone: they cannot write, and whoever adopted them (init,
 // a subreaper) reaps them in its own time.
@@ -255,6 +264,7 @@ ssize_t recv_with_fds(int fd, void* buf, size_t len, std::vector<int>& fds) {
 
 // The janitor's life: wait for the socket, clean up if accrun died.
 [[noreturn]] void janitor_main(int fd, const std::vector<std::string>& dirs, const std::vector<std::string>& marks) {
+  const pid_t agent = getppid();
   prctl(PR_SET_NAME, "accrun-janitor");
   // Out of accrun's session: a Ctrl-C or hang-up aimed at accrun's
   // terminal must not take the janitor down before accrun.
@@ -280,12 +290,35 @@ ssize_t recv_with_fds(int fd, void* buf, size_t len, std::vector<int>& fds) {
 
   std::vector<pid_t> groups;
   std::vector<int> held;  // owner locks, kept open until we exit
+  int upstream = -1;      // the agent's connection to its job controller, watched for its end
+  std::optional<std::chrono::steady_clock::time_point> give_up;
   for (;;) {
+    pollfd p[2] = {{fd, POLLIN, 0}, {upstream, POLLRDHUP, 0}};
+    int wait_ms = -1;
+    if (give_up) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*give_up - std::chrono::steady_clock::now());
+      wait_ms = static_cast<int>(std::max<int64_t>(0, left.count()));
+    }
+    int rc = poll(p, upstream >= 0 && !give_up ? 2 : 1, wait_ms);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc == 0 && give_up) {
+      // The controller has been gone for a while and the agent has not
+      // ended: it hangs.  It goes, and we clean up after it.
+      kill(agent, SIGKILL);
+      break;
+    }
+    if (!give_up && upstream >= 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+      give_up = std::chrono::steady_clock::now() + kAgentGrace;
+    if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
     char tag = 0;
     ssize_t n = recv_with_fds(fd, &tag, 1, held);
     if (n < 0 && errno == EINTR) continue;
     if (n == 1 && tag == 'D') _exit(0);
     if (n == 1 && tag == 'L') continue;  // its descriptor is in `held` now
+    if (n == 1 && tag == 'U') {
+      if (!held.empty()) upstream = held.back();
+      continue;
+    }
     if (n == 1 && tag == 'G') {
       int32_t pg = 0;
       size_t got = 0;
@@ -364,9 +397,12 @@ void Janitor::watch_group(pid_t pgid) {
   (void)n;
 }
 
-Status Janitor::hold(int fd) {
-  if (fd_ < 0) return invalid_usage("Janitor::hold: no janitor runs");
-  char tag = 'L';
+Status Janitor::hold(int fd) { return pass(fd, 'L'); }
+
+Status Janitor::watch_upstream(int fd) { return pass(fd, 'U'); }
+
+Status Janitor::pass(int fd, char tag) {
+  if (fd_ < 0) return invalid_usage("Janitor: no janitor runs");
   iovec iov{&tag, 1};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   msghdr msg{};
@@ -383,7 +419,7 @@ Status Janitor::hold(int fd) {
   do {
     n = sendmsg(fd_, &msg, MSG_NOSIGNAL);
   } while (n < 0 && errno == EINTR);
-  if (n != 1) return system_error("passing the owner lock to the janitor");
+  if (n != 1) return system_error("passing a descriptor to the janitor");
   return Status::ok();
 }
 

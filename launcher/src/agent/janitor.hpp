@@ -93,11 +93,17 @@ class Janitor {
   // on the socket's buffer.  Errors: kInvalidUsage when no janitor runs,
   // kSystem when sending fails (the janitor died).
   Status hold(int fd);
+  // Gives the janitor a duplicate of the agent's connection to its job
+  // controller to watch (never read): if the controller goes away and the
+  // agent has not ended 10 s later, the agent hangs; the janitor kills it
+  // and cleans up as if it had died.
+  Status watch_upstream(int fd);
   // The job is cleaned up: the janitor exits without doing anything.  Reaps
   // it unless `reaped` says the caller's waitpid(-1) already did.
   void dismiss(bool reaped = false);
 
  private:
+  Status pass(int fd, char tag);
   pid_t pid_ = -1;
   int fd_ = -1;
 };

@@ -655,6 +655,10 @@ int Daemon::setup_and_spawn() {
     return 1;
   }
   janitor_ = std::move(*jan);
+  if (Status s = janitor_.watch_upstream(up_->fd()); !s) {
+    say(cfg_.err_fd, s.message());
+    return 1;
+  }
   trace(t0_, "janitor started");
   up_->tick();  // a slow start is not a dead host
   for (const std::string& d : {rendezvous_, rendezvous_ + "/job", shm_dir_, shm_dir_ + "/ompi"}) {
@@ -664,6 +668,7 @@ int Daemon::setup_and_spawn() {
       return 1;
     }
   }
+  trace(t0_, "dirs made");
   // The owner locks say the directories are in use; the janitor holds a
   // copy, so they stay held while either process lives.
   for (const std::string& d : {rendezvous_, shm_dir_}) {
@@ -679,13 +684,16 @@ int Daemon::setup_and_spawn() {
     }
   }
 
+  trace(t0_, "locks held");
   // The PMIx server and the job's namespace.
   queue_ = std::make_unique<UpcallQueue>();
   if (!queue_->valid()) {
     say(cfg_.err_fd, "eventfd: " + std::string(std::strerror(errno)));
     return 1;
   }
+  trace(t0_, "queue made");
   auto server = PmixServer::start(rendezvous_, queue_.get(), this);
+  trace(t0_, "server started");
   if (!server) {
     say(cfg_.err_fd, server.status().message());
     return 1;

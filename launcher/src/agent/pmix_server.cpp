@@ -404,6 +404,7 @@ Result<std::unique_ptr<PmixServer>> PmixServer::start(const std::string& rendezv
   // named by HWLOC_XMLFILE describes some other machine: it is for planning
   // only and must not reach PMIx or the ranks' binding (DESIGN.md §4).
   unsetenv("HWLOC_XMLFILE");
+  auto t0 = std::chrono::steady_clock::now();
   hwloc_topology_t topo = nullptr;
   if (hwloc_topology_init(&topo) == 0) {
     hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
@@ -412,6 +413,7 @@ Result<std::unique_ptr<PmixServer>> PmixServer::start(const std::string& rendezv
       topo = nullptr;
     }
   }
+  auto t_topo = std::chrono::steady_clock::now();
   server->topology_ = topo;
   server->pmix_topology_.source = const_cast<char*>("hwloc");
   server->pmix_topology_.topology = topo;
@@ -438,6 +440,9 @@ Result<std::unique_ptr<PmixServer>> PmixServer::start(const std::string& rendezv
     return pmix_error("PMIx_server_init", rc);
   }
   server->initialized_ = true;
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  log(LogLevel::kDebug, "PMIx server: topology %.1f ms, PMIx_server_init %.1f ms", ms(t0, t_topo),
+      ms(t_topo, std::chrono::steady_clock::now()));
   return server;
 }
 
@@ -446,13 +451,17 @@ PmixServer::~PmixServer() {
     if (topology_ != nullptr) hwloc_topology_destroy(static_cast<hwloc_topology_t>(topology_));
     return;
   }
+  auto t0 = std::chrono::steady_clock::now();
   if (!nspace_.empty()) {
     OpSync sync;
     PMIx_server_deregister_nspace(nspace_.c_str(), OpSync::callback, &sync);
     sync.wait();
   }
+  auto t1 = std::chrono::steady_clock::now();
   g_active.store(nullptr);
   PMIx_server_finalize();
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  log(LogLevel::kDebug, "PMIx server: deregister %.1f ms, finalize %.1f ms", ms(t0, t1), ms(t1, std::chrono::steady_clock::now()));
   if (topology_ != nullptr) hwloc_topology_destroy(static_cast<hwloc_topology_t>(topology_));
   // Whatever the progress thread queued before it stopped refers to this
   // server; its clients are gone, so it is dropped unrun.

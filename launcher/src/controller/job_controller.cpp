@@ -90,6 +90,7 @@ class Controller {
   // The ranks' output waiting for accrun's stdout and stderr to take it.
   OutputQueue out_[2] = {OutputQueue(1), OutputQueue(2)};
   bool output_paused_ = false;
+  int output_errno_ = 0;  // why the first stream could not be written
   void output_failed(int which);
   void flow_output();
   int interrupts_ = 0;
@@ -572,6 +573,7 @@ void Controller::output_failed(int which) {
   if (output_lost_[which]) return;
   int err = out_[which].error();
   output_lost_[which] = true;
+  if (output_errno_ == 0) output_errno_ = err;
   say(std::string("cannot write the ranks' standard ") + (which == 0 ? "output" : "error") + ": " +
       std::strerror(err) + "; closing it for every rank" + everywhere() + " (a rank writing to it gets SIGPIPE)");
   wire::Writer w;
@@ -726,6 +728,10 @@ int Controller::loop() {
   }
   close(sigfd);
   sigprocmask(SIG_SETMASK, &old, nullptr);
+  // Output was lost although no rank failed (they wrote it and ended before
+  // they could learn it): as a pipeline's writer, 141 for a reader that
+  // went away (128 + SIGPIPE), 1 for another write error.
+  if (!exit_code_ && output_errno_ != 0) return output_errno_ == EPIPE ? 128 + SIGPIPE : 1;
   return exit_code_.value_or(0);
 }
 

@@ -28,18 +28,20 @@ void OutputQueue::push(std::string_view data) {
 
 size_t OutputQueue::room() const {
   struct stat st;
-  if (fstat(fd_, &st) != 0) return 0;
-  if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) return SIZE_MAX;
+  if (fstat(fd_, &st) != 0) return SIZE_MAX;  // the write says what is wrong
+  if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode) || S_ISSOCK(st.st_mode)) return SIZE_MAX;  // sockets: MSG_DONTWAIT
+  pollfd p{fd_, POLLOUT, 0};
+  if (poll(&p, 1, 0) != 1) return 0;
+  // A reader that went away: the write fails at once (EPIPE), full or not.
+  if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return SIZE_MAX;
+  if (!(p.revents & POLLOUT)) return 0;
   if (S_ISFIFO(st.st_mode)) {
     int cap = fcntl(fd_, F_GETPIPE_SZ);
     int used = 0;
-    if (cap <= 0 || ioctl(fd_, FIONREAD, &used) != 0) return 0;
+    if (cap <= 0 || ioctl(fd_, FIONREAD, &used) != 0) return 4096;
     return used < cap ? static_cast<size_t>(cap - used) : 0;
   }
-  if (S_ISSOCK(st.st_mode)) return SIZE_MAX;  // sent with MSG_DONTWAIT
-  // A terminal or another device: a page once it polls writable.
-  pollfd p{fd_, POLLOUT, 0};
-  return poll(&p, 1, 0) == 1 && (p.revents & POLLOUT) ? 4096 : 0;
+  return 4096;  // a terminal or another device: a page once it polls writable
 }
 
 bool OutputQueue::write_some(size_t limit) {

@@ -698,6 +698,38 @@ INSTANTIATE_TEST_SUITE_P(Launcher, SetsidDescendants, ::testing::Values("exit", 
                            return n;
                          });
 
+// An agent that hangs (here: stopped) when its controller dies cannot clean
+// up after itself: its janitor, which watches the controller's connection
+// too, kills it after a grace of 10 s and cleans up in its place.
+TEST(Launcher, AHungAgentIsCleanedUpAfterWhenTheControllerDies) {
+  Proc p({"-n", "2", "sh", "-c", "echo pid $$ $ACCRUN_SHM_DIR; exec sleep 60"});
+  ASSERT_TRUE(p.read_until([](const std::string& o) { return lines_of(o).size() >= 2; }, 10)) << p.err();
+  std::vector<pid_t> ranks;
+  std::string shm;
+  for (const auto& l : lines_of(p.out())) {
+    std::istringstream in(l);
+    std::string tag;
+    pid_t pid;
+    in >> tag >> pid >> shm;
+    ranks.push_back(pid);
+  }
+  std::ifstream f("/proc/" + std::to_string(p.pid()) + "/task/" + std::to_string(p.pid()) + "/children");
+  pid_t agent = 0;
+  f >> agent;
+  ASSERT_GT(agent, 1);
+  kill(agent, SIGSTOP);
+  kill(p.pid(), SIGKILL);
+  EXPECT_EQ(p.wait(10), 128 + SIGKILL);
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  auto left = [&] { return alive(agent) + alive(ranks[0]) + alive(ranks[1]) + (exists(shm) ? 1 : 0); };
+  while (left() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(alive(agent)) << "the hung agent survived";
+  for (pid_t r : ranks) EXPECT_FALSE(alive(r)) << "rank " << r << " survived";
+  EXPECT_FALSE(exists(shm)) << shm;
+  kill(agent, SIGKILL);
+  for (pid_t r : ranks) kill(r, SIGKILL);
+}
+
 // ------------------------------------------------------------- output
 
 TEST(Launcher, TaggedLinesFromFourRanksStayWhole) {
