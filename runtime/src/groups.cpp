@@ -95,7 +95,11 @@ Status GroupRendezvous::publish(const std::string& key, const std::string& value
 }
 
 Result<std::string> GroupRendezvous::lookup(const std::string& key, int timeout_ms) {
-  return dir_.lookup(prefix_ + "rv/" + key, timeout_ms);
+  // As a one-key lookup_all: the PMIx directory then has the launcher hold
+  // the request until the key is published instead of polling for it.
+  auto v = dir_.lookup_all({prefix_ + "rv/" + key}, timeout_ms);
+  if (!v) return v.status();
+  return std::move(v->front());
 }
 
 GroupManager::GroupManager(Directory& dir, PeerTable* peers, SelfInfo self, GroupManagerOptions opts,
@@ -300,7 +304,9 @@ Result<std::shared_ptr<Group>> GroupManager::create(const std::string& name, int
     return st;
   }
   g->backend = std::move(backend).value();
-  g->timeout_ms = opts_.data_timeout_ms < 0 ? -1 : opts_.data_timeout_ms;
+  // Host-memory groups (store, MPI) get the default data-call timeout; an
+  // NCCL group keeps its backend's own behaviour (stream-ordered calls).
+  g->timeout_ms = opts_.data_timeout_ms < 0 || kind == BackendKind::kNccl ? -1 : opts_.data_timeout_ms;
   g->backend->set_timeout(g->timeout_ms);
   return g;
 }

@@ -253,7 +253,7 @@ TEST(StoreShmFull, SegmentLargerThanDevShmIsNoMemory) {
   const int rc = in_small_dev_shm([] {
     World w;
     store::Tuning t;
-    t.ring_bytes = 1 << 20;  // 4 ranks: 16 MiB of pair rings
+    t.half_bytes = 2 << 20;  // 4 ranks: 16 MiB of slots
     MemRendezvous rv;
     const GroupSpec g = spec("bigseg", 4, 500);
     std::atomic<int> bad{0};

@@ -21,6 +21,7 @@ constexpr std::uint64_t kMagic = 0x6163637275'6e5354ULL;  // "accrunST"
 constexpr std::size_t kPage = 4096;
 constexpr std::uint64_t kFrameInline = 0;
 constexpr std::uint64_t kFrameSpill = 1;
+constexpr int kPretouchMaxRanks = 16;
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 
@@ -82,7 +83,10 @@ ShmTransport::ShmTransport(const GroupContext& ctx, const Tuning& t, const Waite
 }
 
 ShmTransport::~ShmTransport() {
-  if (seg_ == nullptr) return;
+  if (seg_ == nullptr) {
+    if (fd_ >= 0) close(fd_);
+    return;
+  }
   // Side files of messages sent to this rank and never received.
   for (int src = 0; src < size_; ++src) {
     RingCtrl& rc = ring_ctrl(src, rank_);
@@ -96,6 +100,7 @@ ShmTransport::~ShmTransport() {
     }
   }
   munmap(seg_, seg_bytes_);
+  if (fd_ >= 0) close(fd_);
 }
 
 ShmTransport::RingCtrl& ShmTransport::ring_ctrl(int src, int dst) const {
@@ -129,8 +134,9 @@ std::string ShmTransport::describe(int q) const {
 
 // Reserves the file's blocks now, so that a full file system is an error
 // here rather than SIGBUS at the first store into the mapping.
-Status ShmTransport::reserve(int fd, std::size_t bytes, const std::string& path, const std::string& what) const {
-  const int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+Status ShmTransport::reserve(int fd, std::size_t off, std::size_t bytes, const std::string& path,
+                             const std::string& what) const {
+  const int err = posix_fallocate(fd, static_cast<off_t>(off), static_cast<off_t>(bytes));
   if (err == 0) return Status::ok();
   if (err != ENOSPC && err != EFBIG) return system_error(where() + ": " + what + ": reserve " + path, err);
   std::string fs = dir_;
@@ -163,6 +169,7 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
     while (ring_bytes_ > (64u << 10) && ring_bytes_ * p * p > (32u << 20)) ring_bytes_ /= 2;
   }
   ring_bytes_ = round_up(ring_bytes_, kPage);
+  ring_reserved_.assign(p, false);
   ctrl_off_ = round_up(sizeof(Header), 128);
   slots_off_ = round_up(ctrl_off_ + p * sizeof(Ctrl), kPage);
   rctrl_off_ = slots_off_ + p * 2 * half_;
@@ -196,8 +203,14 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
       fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     }
     if (fd < 0) return system_error(where() + ": create shared segment " + path);
-    Fd owner(fd);
-    Status s = reserve(fd, total, path, "shared segment of " + std::to_string(size_) + " ranks");
+    fd_ = fd;
+    // The pair rings stay sparse until their sender first uses them
+    // (ShmChannel::send reserves them then); everything else now.
+    const std::string what = "shared segment of " + std::to_string(size_) + " ranks";
+    Status s = ftruncate(fd, static_cast<off_t>(total)) == 0 ? Status::ok()
+                                                             : system_error(where() + ": size " + path);
+    if (s) s = reserve(fd, 0, rings_off_, path, what);
+    if (s) s = reserve(fd, bring_[0].off, total - bring_[0].off, path, what);
     if (s) s = map(fd, path);
     if (!s) { unlink(path.c_str()); return s; }
     Header* h = header();
@@ -217,16 +230,16 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
                                            ") did not create the shared segment: " + v.status().message());
     }
     const std::string& peer_path = v.value();
-    Fd fd(open(peer_path.c_str(), O_RDWR | O_CLOEXEC));
-    if (fd.get() < 0) return system_error(where() + ": open shared segment " + peer_path);
+    fd_ = open(peer_path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd_ < 0) return system_error(where() + ": open shared segment " + peer_path);
     struct stat st;
-    if (fstat(fd.get(), &st) != 0) return system_error(where() + ": stat " + peer_path);
+    if (fstat(fd_, &st) != 0) return system_error(where() + ": stat " + peer_path);
     if (static_cast<std::size_t>(st.st_size) != total) {
       return invalid_usage(where() + ": shared segment " + peer_path + " has " + std::to_string(st.st_size) +
                            " bytes, expected " + std::to_string(total) +
                            " (members disagree on the group size or accrun version)");
     }
-    ACCRUN_RETURN_IF_ERROR(map(fd.get(), peer_path));
+    ACCRUN_RETURN_IF_ERROR(map(fd_, peer_path));
     if (header()->magic != kMagic || header()->size != p) {
       return invalid_usage(where() + ": shared segment " + peer_path + " does not belong to this group");
     }
@@ -277,12 +290,13 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
     if (h->ready.load(std::memory_order_acquire) != 1)
       return remote_error(where() + ": group rank 0 reported that some members never arrived");
   }
-  // Touch every slot so later reads take no page fault.
+  // Touch every slot so later reads take no page fault (not in large
+  // groups, where that costs more at set-up, for every rank, than it saves).
   volatile char sink = 0;
-  for (int q = 0; q < size_; ++q)
+  for (int q = 0; q < size_ && size_ <= kPretouchMaxRanks; ++q)
     for (std::size_t off = 0; off < 2 * half_; off += kPage) sink = sink + slot(q, 0)[off];
   for (const BRingGeom& r : bring_)
-    for (std::size_t off = 0; off < r.slots * r.stride; off += kPage) sink = sink + base()[r.off + off];
+    for (std::size_t off = 0; size_ <= kPretouchMaxRanks && off < r.slots * r.stride; off += kPage) sink = sink + base()[r.off + off];
   (void)sink;
   use_cma_ = tun_.cma && size_ > 1;
   for (int q = 0; q < size_; ++q)
@@ -387,6 +401,12 @@ Status ShmChannel::send(const void* buf, std::size_t len, const Wait& w) {
   const std::size_t inline_need = sizeof(Frame) + round_up(len, 8);
   auto used = [&] { return tail - rc.head.load(std::memory_order_acquire); };
   Frame f{len, kFrameInline, 0, 0};
+  if (!t_.ring_reserved_[static_cast<std::size_t>(peer_)]) {
+    // The pair's ring is written for the first time: its blocks now.
+    ACCRUN_RETURN_IF_ERROR(t_.reserve(t_.fd_, static_cast<std::size_t>(t_.ring(me, peer_) - t_.base()), t_.ring_bytes_,
+                                      "shared segment", std::string(w.op) + " to group rank " + std::to_string(peer_)));
+    t_.ring_reserved_[static_cast<std::size_t>(peer_)] = true;
+  }
   if (inline_need <= t_.ring_bytes_ - used()) {
     t_.ring_write(me, peer_, tail, &f, sizeof f);
     t_.ring_write(me, peer_, tail + sizeof f, buf, len);
@@ -412,7 +432,7 @@ Status ShmChannel::send(const void* buf, std::size_t len, const Wait& w) {
     Fd fd(open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     if (fd.get() < 0) return system_error(t_.where() + ": send to " + std::to_string(peer_) + ": create " + path);
     if (len > 0) {
-      Status s = t_.reserve(fd.get(), len, path, std::string(w.op) + " to group rank " + std::to_string(peer_));
+      Status s = t_.reserve(fd.get(), 0, len, path, std::string(w.op) + " to group rank " + std::to_string(peer_));
       void* m = MAP_FAILED;
       if (s) {
         m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);

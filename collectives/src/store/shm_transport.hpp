@@ -22,7 +22,8 @@
 // own (shm_collectives.cpp, which reaches them through this class).
 //
 // Setup: group rank 0 creates the file (0600, O_EXCL) in shm_dir, reserves
-// it with posix_fallocate, publishes its path through the Rendezvous, waits
+// its blocks with posix_fallocate (a pair's ring when its sender first
+// writes it), publishes its path through the Rendezvous, waits
 // until every member has mapped it and unlinks it, so nothing is left
 // behind even if a rank crashes later.
 #pragma once
@@ -161,7 +162,9 @@ class ShmTransport final : public Transport {
   std::string spill_path(int src, std::uint64_t id) const {
     return spill_prefix_ + "-p" + std::to_string(src) + "-" + std::to_string(id);
   }
-  Status reserve(int fd, std::size_t bytes, const std::string& path, const std::string& what) const;
+  // Reserves [off, off + bytes) of the file; kNoMemory naming the file
+  // system and its size when it is full.
+  Status reserve(int fd, std::size_t off, std::size_t bytes, const std::string& path, const std::string& what) const;
   Status probe_cma(Clock::time_point deadline);
   Status check_one(int q, const char* op) const;
 
@@ -176,6 +179,8 @@ class ShmTransport final : public Transport {
   long self_pid_;
   std::string dir_;
 
+  int fd_ = -1;  // the segment's file (unlinked once every member mapped it)
+  std::vector<bool> ring_reserved_;  // per peer: this rank's ring towards it has its blocks
   void* seg_ = nullptr;
   std::size_t seg_bytes_ = 0;
   std::size_t half_ = 0, ring_bytes_ = 0;
