@@ -183,8 +183,9 @@ Result<std::shared_ptr<Group>> GroupManager::create(const std::string& name, int
     }
 
     // Gather every member's record: one lookup of all keys, which the
-    // directory holds until the last member has published, in slices of at
-    // most a second so a closed marker (another member's error) is noticed.
+    // directory holds until the last member has published, in slices so a
+    // closed marker (another member's error) is noticed: 200 ms in the first
+    // second (the directory polls), then a second (the launcher holds it).
     records.assign(static_cast<std::size_t>(world_size), MemberRecord{});
     records[static_cast<std::size_t>(rank)] = mine;
     std::vector<int> others;
@@ -194,9 +195,11 @@ Result<std::shared_ptr<Group>> GroupManager::create(const std::string& name, int
       others.push_back(r);
       keys.push_back(p + "rank/" + std::to_string(r));
     }
+    const auto gather_start = Clock::now();
     for (bool first = true; !keys.empty(); first = false) {
       const int left = remaining_ms();
-      auto vals = dir_.lookup_all(keys, first ? 0 : std::clamp(left, 0, 1000));
+      const int slice = Clock::now() - gather_start < std::chrono::seconds(1) ? 200 : 1000;
+      auto vals = dir_.lookup_all(keys, first ? 0 : std::clamp(left, 0, slice));
       if (vals) {
         for (std::size_t i = 0; i < keys.size(); ++i) {
           auto rec = decode_record((*vals)[i]);

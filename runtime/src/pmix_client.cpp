@@ -175,6 +175,7 @@ class PmixDirectory final : public Directory {
     auto elapsed_ms = [&] {
       return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
     };
+    auto backoff = std::chrono::microseconds(200);
     for (bool first = true;; first = false) {
       // First without a wait; then the server holds the request until the
       // last key is published, in one-second slices; with less than a
@@ -188,8 +189,11 @@ class PmixDirectory final : public Directory {
       if (timeout_ms > 0 && elapsed >= timeout_ms)
         return timeout_error(std::to_string(keys.size()) + " keys not all published within " +
                              std::to_string(timeout_ms) + " ms");
-      if (timeout_ms > 0 && timeout_ms - elapsed < 1000)
-        std::this_thread::sleep_for(std::chrono::milliseconds(std::min<long>(20, timeout_ms - elapsed)));
+      if (timeout_ms > 0 && timeout_ms - elapsed < 1000) {
+        std::this_thread::sleep_for(std::min<std::chrono::microseconds>(
+            backoff, std::chrono::milliseconds(timeout_ms - elapsed)));
+        backoff = std::min<std::chrono::microseconds>(backoff * 2, std::chrono::milliseconds(20));
+      }
     }
   }
 
@@ -223,12 +227,16 @@ class PmixDirectory final : public Directory {
     if (wait_s > 0) {
       int all = 0, secs = wait_s;
       PMIX_INFO_LOAD(&info[0], PMIX_WAIT, &all, PMIX_INT);
+      // accrun's own key, not PMIX_TIMEOUT: given PMIX_TIMEOUT the client
+      // library runs a timer of its own that races the server's answer
+      // at the same instant; the server alone should end the wait.
       PMIX_INFO_LOAD(&info[1], "accrun.wait.seconds", &secs, PMIX_INT);
       ninfo = 2;
     }
     pmix_status_t rc = PMIx_Lookup(pd, n, ninfo ? info : nullptr, ninfo);
     for (size_t i = 0; i < ninfo; ++i) PMIX_INFO_DESTRUCT(&info[i]);
-    Status st = not_found("keys not all published");
+    const std::string what = n == 1 ? "key '" + keys[0] + "'" : std::to_string(n) + " keys";
+    Status st = not_found(n == 1 ? what + " is not published" : what + " not all published");
     if (rc == PMIX_SUCCESS) {
       out->clear();
       for (size_t i = 0; i < n; ++i) {
@@ -237,7 +245,7 @@ class PmixDirectory final : public Directory {
       }
       if (out->size() == n) st = Status::ok();
     } else if (rc != PMIX_ERR_NOT_FOUND && rc != PMIX_ERR_TIMEOUT) {
-      st = Status(Code::kSystem, std::string("PMIx_Lookup(") + std::to_string(n) + " keys): " + PMIx_Error_string(rc));
+      st = Status(Code::kSystem, "PMIx_Lookup(" + (n == 1 ? keys[0] : what) + "): " + PMIx_Error_string(rc));
     }
     PMIX_PDATA_FREE(pd, n);
     return st;
@@ -245,29 +253,9 @@ class PmixDirectory final : public Directory {
 
   // wait_s > 0: the server holds the request up to that many seconds.
   static Result<std::string> lookup_once(const std::string& key, int wait_s) {
-    pmix_pdata_t pd;
-    PMIX_PDATA_CONSTRUCT(&pd);
-    PMIX_LOAD_KEY(pd.key, key.c_str());
-    pmix_info_t info[2];
-    size_t ninfo = 0;
-    if (wait_s > 0) {
-      int all = 0, secs = wait_s;
-      PMIX_INFO_LOAD(&info[0], PMIX_WAIT, &all, PMIX_INT);
-      // accrun's own key, not PMIX_TIMEOUT: given PMIX_TIMEOUT the client
-      // library runs a timer of its own that races the server's answer
-      // at the same instant; the server alone should end the wait.
-      PMIX_INFO_LOAD(&info[1], "accrun.wait.seconds", &secs, PMIX_INT);
-      ninfo = 2;
-    }
-    pmix_status_t rc = PMIx_Lookup(&pd, 1, ninfo ? info : nullptr, ninfo);
-    for (size_t i = 0; i < ninfo; ++i) PMIX_INFO_DESTRUCT(&info[i]);
-    Result<std::string> out = not_found("key '" + key + "' is not published");
-    if (rc == PMIX_SUCCESS && pd.value.type == PMIX_STRING && pd.value.data.string != nullptr)
-      out = std::string(pd.value.data.string);
-    else if (rc != PMIX_SUCCESS && rc != PMIX_ERR_NOT_FOUND && rc != PMIX_ERR_TIMEOUT)
-      out = Status(Code::kSystem, "PMIx_Lookup(" + key + "): " + PMIx_Error_string(rc));
-    PMIX_PDATA_DESTRUCT(&pd);
-    return out;
+    std::vector<std::string> out;
+    ACCRUN_RETURN_IF_ERROR(lookup_many({key}, wait_s, &out));
+    return std::move(out.front());
   }
 };
 

@@ -106,6 +106,7 @@ class StoreGroup final : public Backend {
   Status wait_one(int q, std::uint64_t v);
   Status wait_box(int q, int h, std::uint64_t v);
   Status wait_bc_done(int which, std::uint64_t v);  // every rank finished broadcast chunk v - 1
+  Status reduce_to(const char* in, char* out, std::size_t count, DType dt, Op op, int root);  // root < 0: all
   Status allreduce_cma(const char* in, char* out, std::size_t count, DType dt, Op op);
 
   struct PendingRecv {

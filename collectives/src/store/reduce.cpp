@@ -11,26 +11,40 @@ namespace accrun::collectives::store {
 
 Status StoreGroup::allreduce(const void* send, void* recv, std::size_t count, DType dt, Op op, void* stream) {
   ACCRUN_RETURN_IF_ERROR(enter("allreduce", stream));
+  ACCRUN_RETURN_IF_ERROR(check_buffers(send, recv, count, dtype_size(dt)));
+  return reduce_to(static_cast<const char*>(send), static_cast<char*>(recv), count, dt, op, -1);
+}
+
+Status StoreGroup::reduce(const void* send, void* recv, std::size_t count, DType dt, Op op, int root, void* stream) {
+  ACCRUN_RETURN_IF_ERROR(enter("reduce", stream));
+  ACCRUN_RETURN_IF_ERROR(check_rank(root, "root"));
+  ACCRUN_RETURN_IF_ERROR(check_buffers(send, rank_ == root ? recv : send, count, dtype_size(dt)));
+  return reduce_to(static_cast<const char*>(send), static_cast<char*>(recv), count, dt, op, root);
+}
+
+// Allreduce (root < 0) and reduce: every rank takes part in every round; the
+// ranks that want the result (all, or the root) read it.
+Status StoreGroup::reduce_to(const char* in, char* out, std::size_t count, DType dt, Op op, int root) {
   const std::size_t ds = dtype_size(dt);
   const std::size_t bytes = count * ds;
-  ACCRUN_RETURN_IF_ERROR(check_buffers(send, recv, count, ds));
   if (bytes == 0) return Status::ok();
-  const char* in = static_cast<const char*>(send);
-  char* out = static_cast<char*>(recv);
   if (size_ == 1) { if (in != out) std::memcpy(out, in, bytes); return Status::ok(); }
-  sign(Coll::kAllreduce, count, dt, op, -1);
+  const bool wants = root < 0 || rank_ == root;
+  sign(root < 0 ? Coll::kAllreduce : Coll::kReduce, count, dt, op, root);
 
   if (bytes <= kBoxBytes) {
     const int h = begin_round();
     if (!ok_) return broken_;
     std::memcpy(box(rank_, h), in, bytes);
     const std::uint64_t v = publish_box(h);
-    for (int q = 0; q < size_; ++q) {
-      if (q == rank_) continue;
-      ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
-      ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
+    if (wants) {
+      for (int q = 0; q < size_; ++q) {
+        if (q == rank_) continue;
+        ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
+        ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
+      }
+      reduce_parts(dt, op, out, count, [&](int q) { return box(q, h); });
     }
-    reduce_parts(dt, op, out, count, [&](int q) { return box(q, h); });
     end_round();
     return Status::ok();
   }
@@ -40,16 +54,18 @@ Status StoreGroup::allreduce(const void* send, void* recv, std::size_t count, DT
     if (!ok_) return broken_;
     std::memcpy(slot(rank_, h), in, bytes);
     const std::uint64_t v = publish();
-    ACCRUN_RETURN_IF_ERROR(guard(wait_all(v)));
-    ACCRUN_RETURN_IF_ERROR(check_all_sigs(h));
-    reduce_parts(dt, op, out, count, [&](int q) { return slot(q, h); });
+    if (wants) {
+      ACCRUN_RETURN_IF_ERROR(guard(wait_all(v)));
+      ACCRUN_RETURN_IF_ERROR(check_all_sigs(h));
+      reduce_parts(dt, op, out, count, [&](int q) { return slot(q, h); });
+    }
     end_round();
     return Status::ok();
   }
-  if (shm_->cma() && bytes >= tun_.cma_min) return allreduce_cma(in, out, count, dt, op);
+  if (root < 0 && shm_->cma() && bytes >= tun_.cma_min) return allreduce_cma(in, out, count, dt, op);
   // Reduce-scatter + allgather per chunk: each rank reduces one slice of the
   // chunk (its own data first, then the others in rank order) into its own
-  // half, then every rank copies all slices out.
+  // half, then the ranks that want the result copy all slices out.
   const std::size_t chunk = chunk_elems(tun_.allreduce_chunk, ds);
   for (std::size_t off = 0; off < count; off += chunk) {
     const std::size_t n = std::min(chunk, count - off);
@@ -65,7 +81,7 @@ Status StoreGroup::allreduce(const void* send, void* recv, std::size_t count, DT
       if (hi > lo) reduce_into(dt, op, slot(rank_, h) + lo * ds, slot(q, h) + lo * ds, hi - lo);
     }
     const std::uint64_t b = publish();
-    for (int i = 0; i < size_; ++i) {
+    for (int i = 0; i < size_ && wants; ++i) {
       const int q = (rank_ + i) % size_;
       if (q != rank_) ACCRUN_RETURN_IF_ERROR(guard(wait_one(q, b)));
       auto [qlo, qhi] = slice(n, ds, q);
@@ -125,75 +141,6 @@ Status StoreGroup::allreduce_cma(const char* in, char* out, std::size_t count, D
   const std::uint64_t b = publish();
   ACCRUN_RETURN_IF_ERROR(guard(wait_all(b)));
   end_round();
-  return Status::ok();
-}
-
-Status StoreGroup::reduce(const void* send, void* recv, std::size_t count, DType dt, Op op, int root, void* stream) {
-  ACCRUN_RETURN_IF_ERROR(enter("reduce", stream));
-  ACCRUN_RETURN_IF_ERROR(check_rank(root, "root"));
-  const std::size_t ds = dtype_size(dt);
-  const std::size_t bytes = count * ds;
-  ACCRUN_RETURN_IF_ERROR(check_buffers(send, rank_ == root ? recv : send, count, ds));
-  if (bytes == 0) return Status::ok();
-  const char* in = static_cast<const char*>(send);
-  char* out = static_cast<char*>(recv);
-  if (size_ == 1) { if (in != out) std::memcpy(out, in, bytes); return Status::ok(); }
-  sign(Coll::kReduce, count, dt, op, root);
-
-  if (bytes <= kBoxBytes) {
-    const int h = begin_round();
-    if (!ok_) return broken_;
-    std::memcpy(box(rank_, h), in, bytes);
-    const std::uint64_t v = publish_box(h);
-    if (rank_ == root) {
-      for (int q = 0; q < size_; ++q) {
-        if (q == rank_) continue;
-        ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
-        ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
-      }
-      reduce_parts(dt, op, out, count, [&](int q) { return box(q, h); });
-    }
-    end_round();
-    return Status::ok();
-  }
-  if (bytes <= std::min(tun_.allreduce_small_max, shm_->half())) {
-    const int h = begin_round();
-    if (!ok_) return broken_;
-    std::memcpy(slot(rank_, h), in, bytes);
-    const std::uint64_t v = publish();
-    if (rank_ == root) {
-      ACCRUN_RETURN_IF_ERROR(guard(wait_all(v)));
-      ACCRUN_RETURN_IF_ERROR(check_all_sigs(h));
-      reduce_parts(dt, op, out, count, [&](int q) { return slot(q, h); });
-    }
-    end_round();
-    return Status::ok();
-  }
-  const std::size_t chunk = chunk_elems(tun_.allreduce_chunk, ds);
-  for (std::size_t off = 0; off < count; off += chunk) {
-    const std::size_t n = std::min(chunk, count - off);
-    const int h = begin_round();
-    if (!ok_) return broken_;
-    std::memcpy(slot(rank_, h), in + off * ds, n * ds);
-    const std::uint64_t a = publish();
-    auto [lo, hi] = slice(n, ds, rank_);
-    for (int i = 1; i < size_; ++i) {
-      const int q = (rank_ + i) % size_;
-      ACCRUN_RETURN_IF_ERROR(guard(wait_one(q, a)));
-      if (off == 0) ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
-      if (hi > lo) reduce_into(dt, op, slot(rank_, h) + lo * ds, slot(q, h) + lo * ds, hi - lo);
-    }
-    const std::uint64_t b = publish();
-    if (rank_ == root) {
-      for (int i = 0; i < size_; ++i) {
-        const int q = (rank_ + i) % size_;
-        if (q != rank_) ACCRUN_RETURN_IF_ERROR(guard(wait_one(q, b)));
-        auto [qlo, qhi] = slice(n, ds, q);
-        if (qhi > qlo) std::memcpy(out + (off + qlo) * ds, slot(q, h) + qlo * ds, (qhi - qlo) * ds);
-      }
-    }
-    end_round();
-  }
   return Status::ok();
 }
 
