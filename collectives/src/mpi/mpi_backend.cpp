@@ -1,8 +1,9 @@
 // The MPI backend (ACCRUN_BACKEND_MPI): a named group is an MPI communicator
 // made with MPI_Comm_create_group over its members in group-rank order.
 //
-// Fast path: outside accrun_group_start/end and without a timeout, every call
-// is the matching blocking MPI call, so the cost over calling MPI directly is
+// Fast path: outside accrun_group_start/end and without a timeout (0 or
+// negative, accrun_group_set_timeout(3)), every call but send is the
+// matching blocking MPI call, so the cost over calling MPI directly is
 // one virtual call and a type lookup.  Inside a group_start/end bracket, or
 // with a timeout set, operations are posted non-blocking and completed at
 // group_end (or at once) by a wait loop that watches the deadline and the

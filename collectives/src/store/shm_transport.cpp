@@ -148,7 +148,8 @@ Status ShmTransport::reserve(int fd, std::size_t off, std::size_t bytes, const s
   }
   const bool dev_shm = dir_.rfind("/dev/shm", 0) == 0;
   return no_memory(where() + ": " + what + ": no room for " + std::to_string(bytes) + " bytes in " +
-                   (dev_shm ? "/dev/shm" : dir_) + room + "; enlarge " + (dev_shm ? "/dev/shm" : "it") +
+                   (dev_shm ? "/dev/shm" : dir_) + room + ": " + std::strerror(err) + "; enlarge " +
+                   (dev_shm ? "/dev/shm" : "it") +
                    " (containers: --shm-size) or move less data at a time");
 }
 
