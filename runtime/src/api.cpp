@@ -382,6 +382,7 @@ Status init_runtime(Runtime& r) {
   go.shm_dir = r.shm_dir;
   go.oversubscribed = r.cfg.oversubscribed;
   go.init_timeout_ms = r.cfg.group_init_timeout_ms;
+  go.data_timeout_ms = r.cfg.group_timeout_ms;
   go.refresh_facts = [](coll::MemberFacts& f) {
     f.mpi_initialized = coll::mpi_initialized();
     // Loading NCCL and the CUDA runtime is slow: only when it can matter.
@@ -662,7 +663,7 @@ ACCRUN_API int accrun_group_size(accrun_group_t g) {
 ACCRUN_API int accrun_group_set_timeout(accrun_group_t g, int timeout_ms) {
   return boundary("accrun_group_set_timeout", [&] {
     return with_group(g, [&](const accrun_group_s&, rt::Group& grp) {
-      grp.timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
+      grp.timeout_ms = timeout_ms <= 0 ? -1 : timeout_ms;  // 0 or negative: no timeout
       grp.backend->set_timeout(grp.timeout_ms);
       return Status::ok();
     });

@@ -108,6 +108,11 @@ Result<RuntimeConfig> read_config(const std::vector<std::string>& environment) {
       return invalid_argument("ACCRUN_GROUP_INIT_TIMEOUT='" + *s + "': expected seconds, e.g. 30");
     c.group_init_timeout_ms = static_cast<int>(secs * 1000);
   }
+  if (const auto* s = get("ACCRUN_GROUP_TIMEOUT")) {
+    auto t = collectives::parse_group_timeout(*s);
+    if (!t) return t.status();
+    c.group_timeout_ms = *t;
+  }
   // ACCRUN_<RESOURCE>_IDS / _TYPE / _FRACTION for every resource the launcher named.
   const std::string prefix = "ACCRUN_";
   for (const auto& [name, value] : env) {

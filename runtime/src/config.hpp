@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "accrun/backend.hpp"
 #include "accrun/status.hpp"
 
 namespace accrun::runtime {
@@ -29,6 +30,8 @@ struct RuntimeConfig {
   std::string job_id;                     // ACCRUN_JOB_ID
   std::string store_size;                 // ACCRUN_STORE_SIZE, raw ("" = default)
   int group_init_timeout_ms = 60000;      // ACCRUN_GROUP_INIT_TIMEOUT (seconds)
+  // ACCRUN_GROUP_TIMEOUT (seconds, 0: none): data calls' default timeout.
+  int group_timeout_ms = collectives::kDefaultGroupTimeoutMs;
 };
 
 // Builds the config from "NAME=VALUE" strings (environ).  Malformed numbers

@@ -9,6 +9,8 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
+#include <algorithm>
 
 #include "accrun/status.hpp"
 
@@ -27,6 +29,32 @@ class Directory {
   virtual Result<std::string> lookup(const std::string& key, int timeout_ms) = 0;
   // Removes a key; kNotFound when absent.  Thread-safe.
   virtual Status unpublish(const std::string& key) = 0;
+  // Looks up every key at once: their values in the keys' order once all are
+  // published.  timeout_ms as for lookup; when some are still missing,
+  // kNotFound (timeout_ms == 0) or kTimeout, and no values.  The default asks
+  // for each key in turn; the PMIx directory asks the server once, which
+  // holds the request until the last key is published (a group's
+  // rendezvous: one request per member instead of one per pair).
+  virtual Result<std::vector<std::string>> lookup_all(const std::vector<std::string>& keys, int timeout_ms) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+    std::vector<std::string> out;
+    for (const auto& k : keys) {
+      int left = timeout_ms;
+      if (timeout_ms > 0) {
+        left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    end - std::chrono::steady_clock::now()).count());
+        if (left <= 0) left = 0;
+      }
+      auto v = lookup(k, left);
+      if (!v) {
+        if (v.status().code() == Code::kNotFound && timeout_ms > 0)
+          return timeout_error("key '" + k + "' not published within " + std::to_string(timeout_ms) + " ms");
+        return v.status();
+      }
+      out.push_back(std::move(v).value());
+    }
+    return out;
+  }
 };
 
 // An in-memory directory: the whole job for a lone process, and the shared

@@ -95,7 +95,11 @@ Status GroupRendezvous::publish(const std::string& key, const std::string& value
 }
 
 Result<std::string> GroupRendezvous::lookup(const std::string& key, int timeout_ms) {
-  return dir_.lookup(prefix_ + "rv/" + key, timeout_ms);
+  // As a one-key lookup_all: the PMIx directory then has the launcher hold
+  // the request until the key is published instead of polling for it.
+  auto v = dir_.lookup_all({prefix_ + "rv/" + key}, timeout_ms);
+  if (!v) return v.status();
+  return std::move(v->front());
 }
 
 GroupManager::GroupManager(Directory& dir, PeerTable* peers, SelfInfo self, GroupManagerOptions opts,
@@ -178,28 +182,43 @@ Result<std::shared_ptr<Group>> GroupManager::create(const std::string& name, int
       return invalid_usage(reason);
     }
 
-    // Gather every member's record.
+    // Gather every member's record: one lookup of all keys, which the
+    // directory holds until the last member has published, in slices so a
+    // closed marker (another member's error) is noticed: 200 ms in the first
+    // second (the directory polls), then a second (the launcher holds it).
     records.assign(static_cast<std::size_t>(world_size), MemberRecord{});
     records[static_cast<std::size_t>(rank)] = mine;
-    std::vector<int> missing;
-    for (int r = 0; r < world_size; ++r)
-      if (r != rank) missing.push_back(r);
-    while (!missing.empty()) {
-      for (auto it = missing.begin(); it != missing.end();) {
-        auto v = dir_.lookup(p + "rank/" + std::to_string(*it), 0);
-        if (!v) { ++it; continue; }
-        auto rec = decode_record(*v);
-        if (!rec) return rec.status().with_context(label);
-        records[static_cast<std::size_t>(*it)] = *rec;
-        it = missing.erase(it);
+    std::vector<int> others;
+    std::vector<std::string> keys;
+    for (int r = 0; r < world_size; ++r) {
+      if (r == rank) continue;
+      others.push_back(r);
+      keys.push_back(p + "rank/" + std::to_string(r));
+    }
+    const auto gather_start = Clock::now();
+    for (bool first = true; !keys.empty(); first = false) {
+      const int left = remaining_ms();
+      const int slice = Clock::now() - gather_start < std::chrono::seconds(1) ? 200 : 1000;
+      auto vals = dir_.lookup_all(keys, first ? 0 : std::clamp(left, 0, slice));
+      if (vals) {
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+          auto rec = decode_record((*vals)[i]);
+          if (!rec) return rec.status().with_context(label);
+          records[static_cast<std::size_t>(others[i])] = *rec;
+        }
+        break;
       }
-      if (missing.empty()) break;
+      if (vals.status().code() != Code::kNotFound && vals.status().code() != Code::kTimeout)
+        return vals.status().with_context(label);
       if (auto c = dir_.lookup(p + "closed", 0)) {
         remember(epoch + 1);
         return decode_closed(*c);
       }
-      int left = remaining_ms();
-      if (left <= 0) {
+      if (!first && remaining_ms() <= 0) {
+        std::vector<int> missing;
+        for (std::size_t i = 0; i < keys.size(); ++i)
+          if (!dir_.lookup(keys[i], 0)) missing.push_back(others[i]);
+        if (missing.empty()) continue;  // the last one arrived just now
         std::string list;
         for (std::size_t i = 0; i < missing.size(); ++i)
           list += (i ? ", " : "") + std::to_string(missing[i]);
@@ -212,9 +231,6 @@ Result<std::shared_ptr<Group>> GroupManager::create(const std::string& name, int
         remember(epoch + 1);
         return timeout_error(reason);
       }
-      // Wait for the first missing member; short slices so a closed marker
-      // (another member's error) is noticed promptly.
-      (void)dir_.lookup(p + "rank/" + std::to_string(missing.front()), std::min(left, 200));
     }
     break;
   }
@@ -291,7 +307,10 @@ Result<std::shared_ptr<Group>> GroupManager::create(const std::string& name, int
     return st;
   }
   g->backend = std::move(backend).value();
-  g->backend->set_timeout(-1);
+  // Host-memory groups (store, MPI) get the default data-call timeout; an
+  // NCCL group keeps its backend's own behaviour (stream-ordered calls).
+  g->timeout_ms = opts_.data_timeout_ms < 0 || kind == BackendKind::kNccl ? -1 : opts_.data_timeout_ms;
+  g->backend->set_timeout(g->timeout_ms);
   return g;
 }
 

@@ -69,6 +69,9 @@ struct GroupManagerOptions {
   std::string shm_dir;
   bool oversubscribed = false;
   int init_timeout_ms = 60000;
+  // Every data call's timeout on a new host-memory group (< 0: none) until
+  // accrun_group_set_timeout(3) changes it.
+  int data_timeout_ms = collectives::kDefaultGroupTimeoutMs;
   // Refreshes the facts that change while a program runs (MPI initialised,
   // NCCL loadable) before a group resolves AUTO.  May be empty.
   std::function<void(collectives::MemberFacts&)> refresh_facts;

@@ -168,6 +168,35 @@ class PmixDirectory final : public Directory {
     }
   }
 
+  Result<std::vector<std::string>> lookup_all(const std::vector<std::string>& keys, int timeout_ms) override {
+    for (const auto& k : keys) ACCRUN_RETURN_IF_ERROR(check(k));
+    if (keys.empty()) return std::vector<std::string>{};
+    const auto start = Clock::now();
+    auto elapsed_ms = [&] {
+      return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
+    };
+    auto backoff = std::chrono::microseconds(200);
+    for (bool first = true;; first = false) {
+      // First without a wait; then the server holds the request until the
+      // last key is published, in one-second slices; with less than a
+      // second left, poll.
+      const bool hold = !first && (timeout_ms < 0 || timeout_ms - elapsed_ms() >= 1000);
+      std::vector<std::string> out;
+      Status s = lookup_many(keys, hold ? 1 : 0, &out);
+      if (s) return out;
+      if (s.code() != Code::kNotFound || timeout_ms == 0) return s;
+      const long elapsed = elapsed_ms();
+      if (timeout_ms > 0 && elapsed >= timeout_ms)
+        return timeout_error(std::to_string(keys.size()) + " keys not all published within " +
+                             std::to_string(timeout_ms) + " ms");
+      if (timeout_ms > 0 && timeout_ms - elapsed < 1000) {
+        std::this_thread::sleep_for(std::min<std::chrono::microseconds>(
+            backoff, std::chrono::milliseconds(timeout_ms - elapsed)));
+        backoff = std::min<std::chrono::microseconds>(backoff * 2, std::chrono::milliseconds(20));
+      }
+    }
+  }
+
   Status unpublish(const std::string& key) override {
     ACCRUN_RETURN_IF_ERROR(check(key));
     char* keys[2] = {const_cast<char*>(key.c_str()), nullptr};
@@ -185,11 +214,14 @@ class PmixDirectory final : public Directory {
     return Status::ok();
   }
 
-  // wait_s > 0: the server holds the request up to that many seconds.
-  static Result<std::string> lookup_once(const std::string& key, int wait_s) {
-    pmix_pdata_t pd;
-    PMIX_PDATA_CONSTRUCT(&pd);
-    PMIX_LOAD_KEY(pd.key, key.c_str());
+  // Every key in one request.  kNotFound when some are missing (out is
+  // then left empty).  wait_s > 0: the server holds the request up to that
+  // many seconds for all of them.
+  static Status lookup_many(const std::vector<std::string>& keys, int wait_s, std::vector<std::string>* out) {
+    const size_t n = keys.size();
+    pmix_pdata_t* pd = nullptr;
+    PMIX_PDATA_CREATE(pd, n);
+    for (size_t i = 0; i < n; ++i) PMIX_LOAD_KEY(pd[i].key, keys[i].c_str());
     pmix_info_t info[2];
     size_t ninfo = 0;
     if (wait_s > 0) {
@@ -201,15 +233,29 @@ class PmixDirectory final : public Directory {
       PMIX_INFO_LOAD(&info[1], "accrun.wait.seconds", &secs, PMIX_INT);
       ninfo = 2;
     }
-    pmix_status_t rc = PMIx_Lookup(&pd, 1, ninfo ? info : nullptr, ninfo);
+    pmix_status_t rc = PMIx_Lookup(pd, n, ninfo ? info : nullptr, ninfo);
     for (size_t i = 0; i < ninfo; ++i) PMIX_INFO_DESTRUCT(&info[i]);
-    Result<std::string> out = not_found("key '" + key + "' is not published");
-    if (rc == PMIX_SUCCESS && pd.value.type == PMIX_STRING && pd.value.data.string != nullptr)
-      out = std::string(pd.value.data.string);
-    else if (rc != PMIX_SUCCESS && rc != PMIX_ERR_NOT_FOUND && rc != PMIX_ERR_TIMEOUT)
-      out = Status(Code::kSystem, "PMIx_Lookup(" + key + "): " + PMIx_Error_string(rc));
-    PMIX_PDATA_DESTRUCT(&pd);
-    return out;
+    const std::string what = n == 1 ? "key '" + keys[0] + "'" : std::to_string(n) + " keys";
+    Status st = not_found(n == 1 ? what + " is not published" : what + " not all published");
+    if (rc == PMIX_SUCCESS) {
+      out->clear();
+      for (size_t i = 0; i < n; ++i) {
+        if (pd[i].value.type != PMIX_STRING || pd[i].value.data.string == nullptr) { out->clear(); break; }
+        out->emplace_back(pd[i].value.data.string);
+      }
+      if (out->size() == n) st = Status::ok();
+    } else if (rc != PMIX_ERR_NOT_FOUND && rc != PMIX_ERR_TIMEOUT) {
+      st = Status(Code::kSystem, "PMIx_Lookup(" + (n == 1 ? keys[0] : what) + "): " + PMIx_Error_string(rc));
+    }
+    PMIX_PDATA_FREE(pd, n);
+    return st;
+  }
+
+  // wait_s > 0: the server holds the request up to that many seconds.
+  static Result<std::string> lookup_once(const std::string& key, int wait_s) {
+    std::vector<std::string> out;
+    ACCRUN_RETURN_IF_ERROR(lookup_many({key}, wait_s, &out));
+    return std::move(out.front());
   }
 };
 

@@ -303,6 +303,78 @@ TEST(RuntimeGroups, NamesWithSlashesDoNotCollide) {
   EXPECT_EQ(g2.value()->epoch, 0u);
 }
 
+// Counts the requests a directory gets (the PMIx directory answers each with
+// a round trip to the launcher).
+class CountingDirectory final : public Directory {
+ public:
+  Status publish(const std::string& k, const std::string& v) override { return inner.publish(k, v); }
+  Result<std::string> lookup(const std::string& k, int t) override {
+    ++lookups;
+    return inner.lookup(k, t);
+  }
+  Status unpublish(const std::string& k) override { return inner.unpublish(k); }
+  Result<std::vector<std::string>> lookup_all(const std::vector<std::string>& keys, int t) override {
+    ++lookups;
+    return inner.lookup_all(keys, t);
+  }
+  MemoryDirectory inner;
+  std::atomic<int> lookups{0};
+};
+
+TEST(RuntimeGroups, RendezvousIsAFewRequestsPerMemberNotOnePerPair) {
+  // 24 members arriving one after another: each asks for all the others'
+  // records at once, so the requests grow with the members, not their pairs.
+  CountingDirectory dir;
+  constexpr int kN = 24;
+  std::vector<std::unique_ptr<GroupManager>> mgrs;
+  std::vector<std::unique_ptr<PeerTable>> peers;
+  for (int r = 0; r < kN; ++r) {
+    SelfInfo self;
+    self.member.job_rank = r;
+    self.member.host = "h0";
+    self.member.pid = 1000 + r;
+    self.facts.host = "h0";
+    GroupManagerOptions o;
+    o.init_timeout_ms = 10000;
+    peers.push_back(std::make_unique<PeerTable>("h0"));
+    mgrs.push_back(std::make_unique<GroupManager>(dir, peers.back().get(), self, o,
+                                                  [](BackendKind, const GroupContext& ctx) -> Result<std::unique_ptr<Backend>> {
+                                                    return std::unique_ptr<Backend>(new FakeBackend(ctx));
+                                                  },
+                                                  fake_resolver));
+  }
+  std::vector<std::future<GroupResult>> fs;
+  for (int r = 0; r < kN; ++r) {
+    fs.push_back(std::async(std::launch::async, [&, r] { return mgrs[r]->create("wide", kN, r, BackendKind::kStore); }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (auto& f : fs) {
+    auto g = f.get();
+    ASSERT_TRUE(g.is_ok()) << g.status().message();
+    EXPECT_EQ(g.value()->members.size(), static_cast<std::size_t>(kN));
+  }
+  // Per member: the closed check, the world key, and a few waits for all.
+  EXPECT_LT(dir.lookups.load(), kN * 8) << "directory requests for " << kN << " members";
+}
+
+TEST(RuntimeGroups, NewGroupsGetTheDefaultDataTimeout) {
+  for (int timeout : {collectives::kDefaultGroupTimeoutMs, 250, -1}) {
+    MemoryDirectory dir;
+    SelfInfo self;
+    self.member.host = "h0";
+    self.facts.host = "h0";
+    GroupManagerOptions o;
+    if (timeout != collectives::kDefaultGroupTimeoutMs) o.data_timeout_ms = timeout;
+    PeerTable peers("h0");
+    GroupManager mgr(dir, &peers, self, o, fake_factory, fake_resolver);
+    auto g = mgr.create("t", 1, 0, BackendKind::kStore);
+    ASSERT_TRUE(g.is_ok()) << g.status().message();
+    EXPECT_EQ(g.value()->timeout_ms, timeout);
+    EXPECT_EQ(static_cast<FakeBackend&>(*g.value()->backend).timeout_, timeout);
+  }
+  EXPECT_EQ(collectives::kDefaultGroupTimeoutMs, 600'000);  // ten minutes, as documented
+}
+
 TEST(RuntimeGroups, MemberRecordRoundTrips) {
   MemberRecord r;
   r.world_size = 8;

@@ -207,5 +207,18 @@ TEST(RuntimeConfig, ReadsTheLaunchersEnvironment) {
   EXPECT_EQ(read_config({"ACCRUN_RANK=one"}).status().code(), Code::kInvalidArgument);
 }
 
+TEST(RuntimeConfig, GroupTimeoutIsTenMinutesUnlessTheEnvironmentSays) {
+  EXPECT_EQ(read_config({"PATH=/bin"})->group_timeout_ms, 600'000);
+  EXPECT_EQ(read_config({"ACCRUN_GROUP_TIMEOUT=0.25"})->group_timeout_ms, 250);
+  EXPECT_EQ(read_config({"ACCRUN_GROUP_TIMEOUT=90"})->group_timeout_ms, 90'000);
+  EXPECT_EQ(read_config({"ACCRUN_GROUP_TIMEOUT=0"})->group_timeout_ms, -1);  // no limit
+  for (const char* bad : {"ACCRUN_GROUP_TIMEOUT=", "ACCRUN_GROUP_TIMEOUT=soon", "ACCRUN_GROUP_TIMEOUT=-1"}) {
+    auto c = read_config({bad});
+    ASSERT_FALSE(c.is_ok()) << bad;
+    EXPECT_EQ(c.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(c.status().message().find("ACCRUN_GROUP_TIMEOUT"), std::string::npos) << c.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace accrun::runtime

@@ -103,6 +103,20 @@ class Backend {
   virtual Status group_end() = 0;
 };
 
+// The default timeout of a group's data calls (collectives, send, recv):
+// a call that waits longer fails with kTimeout naming what it waited for
+// and the peers that had not arrived, instead of hanging on a wrong
+// argument or a lost peer.  Ten minutes, like torch.distributed's NCCL
+// watchdog; ACCRUN_GROUP_TIMEOUT (seconds, 0: none) overrides it for the
+// job, accrun_group_set_timeout(3) for one group.  The runtime applies it to
+// every group it creates (GroupManagerOptions::data_timeout_ms); this is the
+// one place that defines it for every backend.
+inline constexpr int kDefaultGroupTimeoutMs = 10 * 60 * 1000;
+// Parses an ACCRUN_GROUP_TIMEOUT value: seconds (a fraction allowed), at
+// most a day; 0 means no timeout (-1).  kInvalidArgument naming the variable
+// otherwise.  (collectives/src/timeout.cpp)
+Result<int> parse_group_timeout(const std::string& value);
+
 // Factories.  Each is collective over the group's members.
 Result<std::unique_ptr<Backend>> make_store_backend(const GroupContext& ctx);   // store/
 Result<std::unique_ptr<Backend>> make_mpi_backend(const GroupContext& ctx);     // mpi/: kNotSupported without MPI

@@ -1,13 +1,22 @@
 // The MPI backend (ACCRUN_BACKEND_MPI): a named group is an MPI communicator
 // made with MPI_Comm_create_group over its members in group-rank order.
 //
-// Fast path: outside accrun_group_start/end and without a timeout, every call
-// is the matching blocking MPI call, so the cost over calling MPI directly is
+// Fast path: outside accrun_group_start/end and without a timeout (0 or
+// negative, accrun_group_set_timeout(3)), every call but send is the
+// matching blocking MPI call, so the cost over calling MPI directly is
 // one virtual call and a type lookup.  Inside a group_start/end bracket, or
 // with a timeout set, operations are posted non-blocking and completed at
 // group_end (or at once) by a wait loop that watches the deadline and the
 // job's failure notices, so a dead peer or a lost partner is an error, not a
 // hang.
+//
+// Sends never wait for their matching receive (as on the store): outside a
+// bracket, accrun_send copies the message into a buffer of its own and posts
+// MPI_Isend from it; completed sends are reaped on later calls and at
+// destroy.  The bytes in flight towards one peer are bounded
+// (kMaxInflightBytes); a send past the bound waits until earlier ones to
+// that peer complete.  Inside a bracket sends are posted from the caller's
+// buffer and complete at group_end, as before.
 #include <mpi.h>
 #include <sched.h>
 
@@ -175,6 +184,20 @@ std::string describe_member(const GroupContext& ctx, int grank) {
          " on host " + (m.host.empty() ? std::string("?") : m.host) + ")";
 }
 
+// A buffered send in flight: its request and the copy it is sent from.
+struct Outgoing {
+  MPI_Request req = MPI_REQUEST_NULL;
+  std::vector<char> data;
+  int peer = 0;
+};
+
+// Buffered sends left unfinished at destroy (a peer that never received):
+// MPI may still read their copies, so they are kept for the process's life.
+std::vector<std::vector<char>>& abandoned_sends() {
+  static auto* v = new std::vector<std::vector<char>>();
+  return *v;
+}
+
 // A result buffer to copy out at completion (reducescatter whose output lies
 // inside its input, a layout MPI does not accept).
 struct PendingCopy {
@@ -200,6 +223,15 @@ class MpiBackend final : public Backend {
     int fin = 0;
     MPI_Finalized(&fin);
     if (fin == 0) {
+      // Buffered sends finish before the communicator goes (a receiver may
+      // still be on its way), at most for the group's timeout and never
+      // for a failed peer; what is left stays with MPI.
+      if (broken_.is_ok() && !outgoing_.empty()) (void)drain_sends(-1, 0, "destroy");
+      for (Outgoing& o : outgoing_) {
+        MPI_Request_free(&o.req);
+        abandoned_sends().push_back(std::move(o.data));
+      }
+      outgoing_.clear();
       // Requests left behind by a timeout cannot be freed (MPI forbids it for
       // collectives); the communicator is freed all the same so its handle
       // does not leak, and MPI completes the operation if it ever can.
@@ -317,9 +349,22 @@ class MpiBackend final : public Backend {
     ACCRUN_RETURN_IF_ERROR(check_peer("send", peer));
     const int n = static_cast<int>(count);
     MPI_Datatype t = to_mpi_type(dt, half_);
-    if (blocking()) return rc_status("MPI_Send", MPI_Send(buf, n, t, peer, kP2pTag, comm_));
-    MPI_Request r;
-    return post("MPI_Isend", MPI_Isend(buf, n, t, peer, kP2pTag, comm_, &r), &r);
+    if (depth_ > 0) {
+      MPI_Request r;
+      return post("MPI_Isend", MPI_Isend(buf, n, t, peer, kP2pTag, comm_, &r), &r);
+    }
+    // Buffered: a copy of the message goes out; the call returns at once
+    // unless the bytes in flight to this peer are past the bound.
+    const std::size_t bytes = count * dtype_size(dt);
+    ACCRUN_RETURN_IF_ERROR(drain_sends(peer, bytes, "send"));
+    Outgoing o;
+    o.data.assign(static_cast<const char*>(buf), static_cast<const char*>(buf) + bytes);
+    o.peer = peer;
+    const int rc = MPI_Isend(o.data.data(), n, t, peer, kP2pTag, comm_, &o.req);
+    if (rc != MPI_SUCCESS) return rc_status("MPI_Isend", rc);
+    inflight_[static_cast<std::size_t>(peer)] += bytes;
+    outgoing_.push_back(std::move(o));
+    return Status::ok();
   }
 
   Status recv(void* buf, std::size_t count, DType dt, int peer, void* stream) override {
@@ -336,7 +381,7 @@ class MpiBackend final : public Backend {
       return Status::ok();
     }
     // A lone receive that times out is cancelled, so the group stays usable.
-    return wait_all("MPI_Irecv", &r, 1, /*cancel_on_timeout=*/true);
+    return wait_all("MPI_Irecv", &r, 1, /*cancel_on_timeout=*/true, peer);
   }
 
   Status group_start() override {
@@ -369,6 +414,75 @@ class MpiBackend final : public Backend {
 
  private:
   static constexpr int kP2pTag = 0;
+  // Bytes of buffered sends in flight towards one peer (the store's bound
+  // on bytes buffered per pair of ranks is the same; accrun_send(3)).
+  static constexpr std::size_t kMaxInflightBytes = 64u << 20;
+
+  static constexpr int kReapOnly = -2;
+  static constexpr int kDestroyWaitMs = 60'000;  // at destroy, without a timeout
+
+  // Reaps completed buffered sends.  With peer == kReapOnly, that is all.
+  // With peer >= 0, first waits until
+  // `adding` more bytes towards peer fit the bound (or nothing is in flight
+  // to it); with peer < 0, until every buffered send has completed.  Waits
+  // at most the group's timeout, failing for a failed peer.
+  Status drain_sends(int peer, std::size_t adding, const char* call) {
+    auto reap = [&]() -> Status {
+      for (std::size_t i = 0; i < outgoing_.size();) {
+        int done = 0;
+        const int rc = MPI_Test(&outgoing_[i].req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+          broken_ = rc_status("MPI_Isend", rc);
+          return broken_;
+        }
+        if (done == 0) { ++i; continue; }
+        inflight_[static_cast<std::size_t>(outgoing_[i].peer)] -= outgoing_[i].data.size();
+        outgoing_[i] = std::move(outgoing_.back());
+        outgoing_.pop_back();
+      }
+      return Status::ok();
+    };
+    auto room = [&] {
+      if (peer < 0) return outgoing_.empty();
+      const std::size_t held = inflight_[static_cast<std::size_t>(peer)];
+      return held == 0 || held + adding <= kMaxInflightBytes;
+    };
+    if (outgoing_.empty()) return Status::ok();
+    ACCRUN_RETURN_IF_ERROR(reap());
+    if (peer == kReapOnly) return Status::ok();
+    const int limit_ms = timeout_ms_ >= 0 ? timeout_ms_ : peer < 0 ? kDestroyWaitMs : -1;
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    for (std::uint64_t spins = 0; !room(); ++spins) {
+      ACCRUN_RETURN_IF_ERROR(reap());
+      if (oversubscribed_) sched_yield();
+      if ((spins & 1023) != 1023) continue;
+      for (const Outgoing& o : outgoing_) {
+        if (peer >= 0 && o.peer != peer) continue;
+        if (auto f = failed_peer(o.peer)) {
+          if (peer < 0) return remote_error("group '" + name_ + "': " + call + ": " + *f);
+          broken_ = remote_error("group '" + name_ + "': " + call + ": " + *f + "; the group is unusable now: destroy it");
+          return broken_;
+        }
+      }
+      if (limit_ms >= 0 && Clock::now() - start >= std::chrono::milliseconds(limit_ms)) {
+        std::string who;
+        for (const Outgoing& o : outgoing_)
+          if ((peer < 0 || o.peer == peer) && who.find(describe(o.peer)) == std::string::npos)
+            who += (who.empty() ? "" : ", ") + describe(o.peer);
+        return timeout_error("group '" + name_ + "': " + call + " timed out after " + std::to_string(limit_ms) +
+                             " ms waiting for " + who + " to receive earlier sends (at most " +
+                             std::to_string(kMaxInflightBytes >> 20) + " MiB may be in flight to one peer)");
+      }
+    }
+    return Status::ok();
+  }
+
+  std::string describe(int g) const {
+    const Member& m = members_[static_cast<std::size_t>(g)];
+    return "group rank " + std::to_string(g) + " (job rank " + std::to_string(m.job_rank) + " on host " +
+           (m.host.empty() ? std::string("?") : m.host) + ")";
+  }
 
   bool blocking() const { return depth_ == 0 && timeout_ms_ < 0; }
 
@@ -378,8 +492,9 @@ class MpiBackend final : public Backend {
     return an > 0 && bn > 0 && pa < pb + bn && pb < pa + an;
   }
 
-  Status check(const char* what, std::size_t count, void* stream) const {
+  Status check(const char* what, std::size_t count, void* stream) {
     if (!broken_.is_ok()) [[unlikely]] return broken_;
+    if (!outgoing_.empty()) ACCRUN_RETURN_IF_ERROR(drain_sends(kReapOnly, 0, what));
     if (stream != nullptr) [[unlikely]] {
       return invalid_argument(std::string(what) + " on group '" + name_ +
                               "': a stream was given, but this is an MPI group (host buffers only; streams "
@@ -427,10 +542,12 @@ class MpiBackend final : public Backend {
     return wait_all(call, r, 1, false);
   }
 
-  std::optional<std::string> failed_peer() const {
+  // A failed member among those a call waits on: `only` alone (>= 0), or
+  // every member.
+  std::optional<std::string> failed_peer(int only = -1) const {
     if (peers_ == nullptr) return std::nullopt;
     for (int g = 0; g < size_; ++g) {
-      if (g == rank_) continue;
+      if (g == rank_ || (only >= 0 && g != only)) continue;
       if (auto f = peers_->failure(members_[static_cast<std::size_t>(g)].job_rank)) {
         return "peer " + std::to_string(g) + " (job rank " + std::to_string(members_[static_cast<std::size_t>(g)].job_rank) +
                " on host " + members_[static_cast<std::size_t>(g)].host + ") failed: " + *f;
@@ -445,7 +562,7 @@ class MpiBackend final : public Backend {
   // cores.  On a timeout or failure the requests stay with MPI (collectives
   // cannot be cancelled) and the group is marked unusable; a lone receive is
   // cancelled instead, which leaves the group usable.
-  Status wait_all(const char* call, MPI_Request* reqs, int n, bool cancel_on_timeout) {
+  Status wait_all(const char* call, MPI_Request* reqs, int n, bool cancel_on_timeout, int peer = -1) {
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
     std::uint64_t spins = 0;
@@ -459,7 +576,7 @@ class MpiBackend final : public Backend {
       if (done != 0) return Status::ok();
       if (oversubscribed_) sched_yield();
       if ((++spins & 1023) != 0) continue;  // look at the clock and peers now and then only
-      if (auto f = failed_peer()) {
+      if (auto f = failed_peer(peer)) {
         broken_ = remote_error("group '" + name_ + "': " + call + ": " + *f +
                                "; the group is unusable now: destroy it");
         return broken_;
@@ -467,7 +584,8 @@ class MpiBackend final : public Backend {
       if (timeout_ms_ >= 0 &&
           Clock::now() - start >= std::chrono::milliseconds(timeout_ms_)) {
         std::string msg = "group '" + name_ + "': " + call + " did not complete within " +
-                          std::to_string(timeout_ms_) + " ms";
+                          std::to_string(timeout_ms_) + " ms (waiting for " +
+                          (peer >= 0 ? describe(peer) : std::string("the group's members")) + ")";
         if (cancel_on_timeout && n == 1 && cancel(reqs[0])) return timeout_error(msg);
         broken_ = timeout_error(msg + "; the group's MPI communicator is unusable now: destroy the group");
         return broken_;
@@ -495,6 +613,8 @@ class MpiBackend final : public Backend {
   MPI_Comm comm_;
   const HalfTypes& half_;
   int depth_ = 0;                       // group_start nesting
+  std::vector<Outgoing> outgoing_;      // buffered sends in flight
+  std::vector<std::size_t> inflight_ = std::vector<std::size_t>(static_cast<std::size_t>(size_), 0);  // bytes per peer
   std::vector<MPI_Request> pending_;    // posted inside the bracket
   std::vector<PendingCopy> copies_;     // results to copy out at group_end
   std::vector<PendingCopy> orphaned_;   // temporaries MPI may still write (after a failure)

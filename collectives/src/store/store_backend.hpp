@@ -35,6 +35,10 @@ struct Tuning {
   // Broadcast only: the rings beat single-copy reads through 4 MiB here
   // (benchmarks/README.md), so CMA is kept for larger messages.
   std::size_t bcast_cma_min = 16u << 20;
+  // Send/recv: the bytes a sender keeps buffered in side files towards one
+  // receiver; past it a send waits until the receiver has taken enough (a
+  // larger message goes alone).  accrun_send(3).
+  std::size_t pair_buffer_max = 64u << 20;
 };
 
 Result<std::unique_ptr<Backend>> make_store_backend_tuned(const GroupContext& ctx, const Tuning& tuning);

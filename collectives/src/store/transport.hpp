@@ -1,33 +1,66 @@
-// The store backend's transports.
+// The store backend's transports: what its algorithms see of the wire.
 //
-// A store group moves data between its members over one of two kinds of
-// link: the ranks of one host share a memory segment (ShmDomain, shm.hpp),
-// and ranks on different hosts will talk through a Transport: a reliable,
-// ordered byte link per peer.  The plain-TCP Transport (and the libfabric one
-// behind ACCRUN_WITH_LIBFABRIC) is not built yet; until it is, a store group
-// whose members span hosts fails at creation with kNotSupported.
+// A store group talks to each peer through a Channel: a reliable, ordered,
+// buffered message link.  A Transport provides the channels to the peers it
+// reaches; the group picks, per peer, the transport that reaches it (today
+// shared memory for every member on this host, shm_transport.cpp), so the
+// algorithms above (p2p.cpp, and every algorithm written over channels)
+// never know which transport carries a message.
+//
+// A transport between hosts (plain TCP, libfabric) plugs in here without
+// touching the algorithms: at set-up it publishes its endpoint address under
+// "<transport>.addr.<group rank>" through the group's Rendezvous (already
+// scoped to the group's name and epoch, so an address can never reach
+// another incarnation of the group), looks up its peers' addresses with
+// Rendezvous::lookup, connects (lazily or all at once), and reports a broken
+// link or a failed peer as kRemote from send and recv.  The shared-memory
+// transport publishes one key, "store.segment", the segment's path.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <string>
 
 #include "accrun/status.hpp"
 
 namespace accrun::collectives::store {
 
-// A point-to-point link from this rank to every other member of a group on
-// another host.  Calls come from one thread at a time (the group's).
+using Clock = std::chrono::steady_clock;
+
+// How long a call may wait, and what to call it in messages.
+struct Wait {
+  Clock::time_point deadline = Clock::time_point::max();
+  int timeout_ms = -1;      // what the deadline came from (< 0: none)
+  const char* op = "call";  // the user's call ("send", "allreduce", ...)
+};
+
+// A link from this rank to one peer.  Calls come from one thread at a time
+// (the group's).
+class Channel {
+ public:
+  virtual ~Channel() = default;
+  // Sends len bytes.  Buffered: returns once the bytes are copied out of
+  // data, never waiting for the matching receive, except where the bytes
+  // already buffered towards this peer exceed the transport's bound; then it
+  // waits until the receiver has taken enough.  kRemote when the peer
+  // failed, kTimeout past the deadline, kNoMemory when no buffer can be had.
+  virtual Status send(const void* data, std::size_t len, const Wait& w) = 0;
+  // Receives the next message from the peer into data (capacity max_len).
+  // Blocks until it arrives: kRemote when the peer failed, kTimeout past the
+  // deadline, kInvalidArgument when it is larger than max_len (the message
+  // stays queued).
+  virtual Status recv(void* data, std::size_t max_len, const Wait& w) = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
-  // Sends len bytes to peer (group rank).  Buffered: returns once the bytes
-  // are handed to the link, never waiting for the matching receive.
-  // kRemote when the peer's link broke, kTimeout past timeout_ms.
-  virtual Status send(int peer, const void* data, std::size_t len, int timeout_ms) = 0;
-  // Receives the next message from peer into data (capacity max_len); *len is
-  // its size.  Blocks until it arrives: kRemote when the peer failed,
-  // kTimeout past timeout_ms, kInvalidArgument when it is larger than max_len
-  // (the message stays queued).
-  virtual Status recv(int peer, void* data, std::size_t max_len, std::size_t* len, int timeout_ms) = 0;
+  virtual const char* name() const = 0;
+  // Whether this transport links this rank to group rank peer (the same
+  // answer on both sides).
+  virtual bool reaches(int peer) const = 0;
+  // The channel to peer, owned by the transport; null when !reaches(peer).
+  virtual Channel* channel(int peer) = 0;
 };
 
 }  // namespace accrun::collectives::store

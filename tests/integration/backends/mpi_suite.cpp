@@ -171,6 +171,31 @@ void world_suite(Job& job) {
   }
 }
 
+// Ranks 0 and 1 each send 4 MiB to the other, then receive: a send never
+// waits for its matching receive, so this completes (with a timeout set,
+// and on the blocking path), and the bytes are exact.
+void send_first(Job& job) {
+  if (job.size < 2) return;
+  Group g = make_group(job, "sendfirst", 1, iota_ranks(job.size));
+  job.check(g.backend != nullptr, "create group 'sendfirst': " + g.status.message());
+  if (!g.backend || job.rank > 1) return;
+  const std::size_t n = (4u << 20) / sizeof(std::int32_t);
+  const int peer = 1 - job.rank;
+  for (int timeout : {20000, -1}) {
+    g.backend->set_timeout(timeout);
+    std::vector<std::int32_t> out(n), in(n, -1);
+    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::int32_t>(i * 5 + job.rank);
+    accrun::Status st = g.backend->send(out.data(), n, ac::DType::kInt32, peer, nullptr);
+    job.check(st.is_ok(), "send 4 MiB before the peer receives (timeout " + std::to_string(timeout) + "): " + st.message());
+    std::fill(out.begin(), out.end(), 0);  // the send's buffer is free once it returns
+    st = g.backend->recv(in.data(), n, ac::DType::kInt32, peer, nullptr);
+    job.check(st.is_ok(), "then receive 4 MiB (timeout " + std::to_string(timeout) + "): " + st.message());
+    bool exact = true;
+    for (std::size_t i = 0; i < n && exact; ++i) exact = in[i] == static_cast<std::int32_t>(i * 5 + peer);
+    job.check(exact, "the 4 MiB received are exact (timeout " + std::to_string(timeout) + ")");
+  }
+}
+
 // Ranks 0 and 1 create two groups over {0, 1} in opposite orders: each
 // waits for the other at its own first group, and both must fail with an
 // error that names the creation-order rule instead of hanging.
@@ -289,6 +314,7 @@ int main(int argc, char** argv) {
     }
   } else {
     world_suite(job);
+    send_first(job);
     order_mismatch(job);
     if (provided == MPI_THREAD_MULTIPLE) threads_multiple(job);
   }

@@ -1,0 +1,81 @@
+// Allgather and barrier over the shared-memory rounds.
+#include <algorithm>
+#include <cstring>
+
+#include "store/group.hpp"
+
+namespace accrun::collectives::store {
+
+Status StoreGroup::allgather(const void* send, void* recv, std::size_t count_per_rank, DType dt, void* stream) {
+  ACCRUN_RETURN_IF_ERROR(enter("allgather", stream));
+  const std::size_t ds = dtype_size(dt);
+  ACCRUN_RETURN_IF_ERROR(check_buffers(send, recv, count_per_rank, ds));
+  if (count_per_rank == 0) return Status::ok();
+  const std::size_t m = count_per_rank * ds;
+  char* out = static_cast<char*>(recv);
+  // In place: this rank's part already sits at recv + rank * m.
+  const char* mine = send == recv ? out + rank_ * m : static_cast<const char*>(send);
+  if (mine != out + rank_ * m) std::memmove(out + rank_ * m, mine, m);
+  mine = out + rank_ * m;
+  if (size_ == 1) return Status::ok();
+  sign(Coll::kAllgather, count_per_rank, dt, Op::kSum, -1);
+  if (m <= kBoxBytes) {
+    const int h = begin_round();
+    if (!ok_) return broken_;
+    std::memcpy(box(rank_, h), mine, m);
+    const std::uint64_t v = publish_box(h);
+    for (int i = 1; i < size_; ++i) {
+      const int q = (rank_ + i) % size_;
+      ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
+      ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
+      std::memcpy(out + q * m, box(q, h), m);
+    }
+    end_round();
+    return Status::ok();
+  }
+  if (shm_->cma() && m >= tun_.cma_min) {
+    // Single copy: read every other rank's part where it lies.
+    const int h = begin_round();
+    if (!ok_) return broken_;
+    const std::uint64_t addr = reinterpret_cast<std::uint64_t>(mine);
+    std::memcpy(box(rank_, h), &addr, sizeof addr);
+    const std::uint64_t v = publish_box(h);
+    for (int i = 1; i < size_; ++i) {
+      const int q = (rank_ + i) % size_;
+      ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
+      ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
+      std::uint64_t qa;
+      std::memcpy(&qa, box(q, h), sizeof qa);
+      ACCRUN_RETURN_IF_ERROR(guard(shm_->cma_read(q, out + q * m, qa, m, op_)));
+    }
+    const std::uint64_t c = publish();
+    ACCRUN_RETURN_IF_ERROR(guard(wait_all(c)));  // nobody reuses its buffer while others read it
+    end_round();
+    return Status::ok();
+  }
+  const std::size_t chunk = chunk_elems(tun_.allgather_chunk, ds) * ds;
+  for (std::size_t off = 0; off < m; off += chunk) {
+    const std::size_t n = std::min(chunk, m - off);
+    const int h = begin_round();
+    if (!ok_) return broken_;
+    std::memcpy(slot(rank_, h), mine + off, n);
+    const std::uint64_t v = publish();
+    for (int i = 1; i < size_; ++i) {
+      const int q = (rank_ + i) % size_;
+      ACCRUN_RETURN_IF_ERROR(guard(wait_one(q, v)));
+      if (off == 0) ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
+      std::memcpy(out + q * m + off, slot(q, h), n);
+    }
+    end_round();
+  }
+  return Status::ok();
+}
+
+Status StoreGroup::barrier() {
+  ACCRUN_RETURN_IF_ERROR(enter("barrier", nullptr));
+  if (size_ == 1) return Status::ok();
+  const std::uint64_t v = publish();
+  return guard(wait_all(v));
+}
+
+}  // namespace accrun::collectives::store

@@ -1,0 +1,101 @@
+// Broadcast over the shared-memory transport.
+//
+// Below bcast_cma_min (all, without CMA) chunks stream through one of two
+// group-wide rings: messages up to bcast_small_max use a deep ring of small
+// slots, larger ones go chunk by chunk through a ring of bcast_chunk slots.
+// Every rank counts each ring's chunks (`step`) identically; chunk t goes to
+// slot t % slots, stamped t + 1 with the call's signature.  The root of
+// chunk t may overwrite that slot only once every rank's `bc_done` for that
+// ring (chunks it has finished) reaches t - slots + 1.  So a root runs up to
+// `slots` chunks ahead of its slowest reader, like an eager send, instead of
+// two rounds: with more ranks than cores each call no longer costs a context
+// switch.  It publishes nothing on `seq`, so the rounds of the other
+// collectives stay in step.
+#include <algorithm>
+#include <cstring>
+
+#include "store/group.hpp"
+
+namespace accrun::collectives::store {
+
+Status StoreGroup::broadcast(void* buf, std::size_t count, DType dt, int root, void* stream) {
+  ACCRUN_RETURN_IF_ERROR(enter("broadcast", stream));
+  ACCRUN_RETURN_IF_ERROR(check_rank(root, "root"));
+  const std::size_t ds = dtype_size(dt);
+  ACCRUN_RETURN_IF_ERROR(check_buffers(buf, buf, count, ds));
+  if (count == 0 || size_ == 1) return Status::ok();
+  sign(Coll::kBroadcast, count, dt, Op::kSum, root);
+  char* data = static_cast<char*>(buf);
+  if (shm_->cma() && count * ds >= tun_.bcast_cma_min) {
+    // Single copy: every other rank reads the root's buffer directly; the
+    // root returns once all have read it.
+    const int h = begin_round();
+    if (!ok_) return broken_;
+    if (rank_ == root) {
+      const std::uint64_t addr = reinterpret_cast<std::uint64_t>(data);
+      std::memcpy(box(root, h), &addr, sizeof addr);
+      publish_box(h);
+    } else {
+      const std::uint64_t v = publish();
+      ACCRUN_RETURN_IF_ERROR(guard(wait_box(root, h, v)));
+      ACCRUN_RETURN_IF_ERROR(check_box_sig(root, h));
+      std::uint64_t addr;
+      std::memcpy(&addr, box(root, h), sizeof addr);
+      ACCRUN_RETURN_IF_ERROR(guard(shm_->cma_read(root, data, addr, count * ds, op_)));
+    }
+    const std::uint64_t c = publish();
+    if (rank_ == root) {
+      ACCRUN_RETURN_IF_ERROR(guard(wait_all(c)));
+      ACCRUN_RETURN_IF_ERROR(check_all_sigs(h));
+    }
+    end_round();
+    return Status::ok();
+  }
+  // Chunks stream through a broadcast ring (see the top of the file).
+  const std::size_t bytes = count * ds;
+  const int which = bytes <= shm_->bring(0).data ? 0 : 1;
+  const BRingGeom& r = shm_->bring(which);
+  BRingState& st = bring_[which];
+  const std::size_t chunk = std::max<std::size_t>(1, r.data / ds) * ds;
+  std::atomic<std::uint64_t>& done = shm_->ctrl(rank_).bc_done[which];
+  for (std::size_t off = 0; off < bytes; off += chunk) {
+    const std::size_t n = std::min(chunk, bytes - off);
+    const std::uint64_t t = st.step++;
+    BSlot* s = shm_->bslot(which, t);
+    char* d = n <= kBoxBytes ? s->inline_data : reinterpret_cast<char*>(s) + sizeof(BSlot);
+    if (rank_ == root) {
+      if (t >= r.slots) ACCRUN_RETURN_IF_ERROR(guard(wait_bc_done(which, t - r.slots + 1)));
+      // A rank that also believes itself the root may stamp the same chunk:
+      // the first stamp wins, the other rank fails naming both calls.
+      auto two_roots = [&] {
+        const std::uint64_t theirs[2] = {s->sig[0], s->sig[1]};
+        return guard(invalid_usage(where() + ": members called different collectives: this rank called " +
+                                   describe_sig(sig_) + ", another member called " + describe_sig(theirs) +
+                                   "; every member must pass the same count, dtype and root"));
+      };
+      std::uint64_t prev = s->seq.load(std::memory_order_acquire);
+      if (prev >= t + 1) return two_roots();
+      std::memcpy(d, data + off, n);
+      s->sig[0] = sig_[0];
+      s->sig[1] = sig_[1];
+      if (!s->seq.compare_exchange_strong(prev, t + 1, std::memory_order_release, std::memory_order_acquire))
+        return two_roots();
+    } else {
+      if (s->seq.load(std::memory_order_acquire) < t + 1) {
+        const Wait w = wait_spec();
+        ACCRUN_RETURN_IF_ERROR(guard(shm_->waiter().until([&] { return s->seq.load(std::memory_order_acquire) >= t + 1; },
+                                                          [&] { return shm_->check_peer(root, op_); }, w.deadline,
+                                                          [&] { return shm_->timed_out(w, {root}); })));
+      }
+      if (s->sig[0] != sig_[0] || s->sig[1] != sig_[1]) {
+        // The root's signature, told from its slot.
+        return check_sig(root, s->sig);
+      }
+      std::memcpy(data + off, d, n);
+    }
+    done.store(t + 1, std::memory_order_release);
+  }
+  return Status::ok();
+}
+
+}  // namespace accrun::collectives::store

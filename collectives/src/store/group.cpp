@@ -1,0 +1,285 @@
+// A store group's set-up, argument checks, signatures and rounds, and the
+// store backend's factory.
+#include "store/group.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "accrun/log.hpp"
+
+namespace accrun::collectives {
+namespace store {
+namespace {
+
+constexpr int kDefaultSetupTimeoutMs = 60'000;
+
+std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+
+const char* coll_name(unsigned c) {
+  switch (c) {
+    case 1: return "allreduce";
+    case 2: return "reduce";
+    case 3: return "broadcast";
+    case 4: return "allgather";
+    case 5: return "reducescatter";
+  }
+  return "an unknown collective";
+}
+
+}  // namespace
+
+StoreGroup::StoreGroup(const GroupContext& ctx, const Tuning& t)
+    : rank_(ctx.rank), size_(ctx.size), timeout_ms_(ctx.timeout_ms), tun_(t) {
+  // More ranks in the group than CPUs on the host: spinning only steals the
+  // core a peer needs, so yield at once (as ACCRUN_OVERSUBSCRIBED=1).  (Not
+  // this rank's affinity: a rank bound to one core is the normal case.)
+  Waiter w;
+  w.oversubscribed = ctx.oversubscribed;
+  w.spin_ns = t.spin_ns;
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus > 0 && cpus < size_) w.oversubscribed = true;
+  shm_ = std::make_unique<ShmTransport>(ctx, t, w);
+}
+
+Status StoreGroup::setup(Rendezvous* rv, int setup_timeout_ms, const std::string& shm_dir) {
+  return shm_->setup(rv, setup_timeout_ms, shm_dir);
+}
+
+// ------------------------------------------------------------ argument checks
+
+Status StoreGroup::enter(const char* op, void* stream) {
+  op_ = op;
+  if (!ok_) return broken_;
+  if (stream != nullptr)
+    return invalid_argument(where() + ": " + op + ": the store backend works on host memory; stream must be NULL");
+  if (group_depth_ > 0)
+    return invalid_usage(where() + ": " + op + " inside group_start/group_end (only send and recv may be grouped)");
+  return Status::ok();
+}
+
+Status StoreGroup::check_p2p(const char* op, void* stream, int peer) {
+  op_ = op;
+  if (!ok_) return broken_;
+  if (stream != nullptr)
+    return invalid_argument(where() + ": " + op + ": the store backend works on host memory; stream must be NULL");
+  return check_rank(peer, "peer");
+}
+
+Status StoreGroup::check_rank(int r, const char* what) const {
+  if (r < 0 || r >= size_)
+    return invalid_argument(where() + ": " + op_ + ": " + what + " " + std::to_string(r) +
+                            " is out of range (group size " + std::to_string(size_) + ")");
+  return Status::ok();
+}
+
+Status StoreGroup::check_buffers(const void* a, const void* b, std::size_t count, std::size_t ds) const {
+  if (count > (SIZE_MAX / 8) / ds)
+    return invalid_argument(where() + ": " + op_ + ": count " + std::to_string(count) + " is too large");
+  if (count > 0 && (a == nullptr || b == nullptr))
+    return invalid_argument(where() + ": " + op_ + ": NULL buffer with count " + std::to_string(count));
+  return Status::ok();
+}
+
+Status StoreGroup::guard(Status s) {
+  if (!s && ok_) {
+    ok_ = false;
+    broken_ = Status(s.code(), s.message() + " (the group is unusable now; destroy it)");
+    shm_->mark_broken(s);
+  }
+  return s;
+}
+
+Wait StoreGroup::wait_spec() const {
+  Wait w;
+  w.timeout_ms = timeout_ms_;
+  w.op = op_;
+  if (timeout_ms_ >= 0) w.deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
+  return w;
+}
+
+// ----------------------------------------------------------------- signatures
+
+void StoreGroup::sign(Coll c, std::size_t count, DType dt, Op op, int root) {
+  sig_[0] = count;
+  sig_[1] = (static_cast<std::uint64_t>(c) << 56) | (static_cast<std::uint64_t>(dt) << 48) |
+            (static_cast<std::uint64_t>(op) << 40) | static_cast<std::uint32_t>(root + 1);
+}
+
+std::string StoreGroup::describe_sig(const std::uint64_t* sig) {
+  const unsigned c = static_cast<unsigned>(sig[1] >> 56);
+  const auto dt = static_cast<DType>((sig[1] >> 48) & 0xff);
+  const auto op = static_cast<Op>((sig[1] >> 40) & 0xff);
+  const int root = static_cast<int>(static_cast<std::uint32_t>(sig[1])) - 1;
+  if (c < 1 || c > 5 || static_cast<unsigned>(dt) > 7 || static_cast<unsigned>(op) > 3) return coll_name(c);
+  std::string s = std::string(coll_name(c)) + " of " + std::to_string(sig[0]) + " " + dtype_name(dt);
+  if (c == 4 || c == 5) s += " per rank";
+  if (c != 3 && c != 4) s += std::string(" (") + op_name(op) + ")";
+  if (c == 2) s += " to root " + std::to_string(root);
+  if (c == 3) s += " from root " + std::to_string(root);
+  return s;
+}
+
+Status StoreGroup::check_sig(int q, const std::uint64_t* theirs) {
+  if (theirs[0] == sig_[0] && theirs[1] == sig_[1]) return Status::ok();
+  const std::uint64_t t[2] = {theirs[0], theirs[1]};  // a copy: the peer may move on
+  return guard(invalid_usage(where() + ": members called different collectives: this rank called " +
+                             describe_sig(sig_) + ", " + shm_->describe(q) + " called " + describe_sig(t) +
+                             "; every member must pass the same count, dtype, op and root"));
+}
+
+Status StoreGroup::check_all_sigs(int h) {
+  for (int q = 0; q < size_; ++q)
+    if (q != rank_) ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
+  return Status::ok();
+}
+
+// --------------------------------------------------------------------- rounds
+
+std::uint64_t StoreGroup::publish() {
+  shm_->ctrl(rank_).seq.store(++seq_, std::memory_order_release);
+  return seq_;
+}
+
+std::uint64_t StoreGroup::publish_box(int h) {
+  shm_->box(rank_, h).seq.store(seq_ + 1, std::memory_order_release);
+  return publish();
+}
+
+int StoreGroup::begin_round() {
+  const int h = static_cast<int>(round_ & 1);
+  if (reuse_need_[h] > known_min_) {
+    Status s = guard(wait_all(reuse_need_[h]));
+    if (!s) return h;
+  }
+  Box& b = shm_->box(rank_, h);
+  b.sig[0] = sig_[0];
+  b.sig[1] = sig_[1];
+  return h;
+}
+
+void StoreGroup::end_round() {
+  reuse_need_[round_ & 1] = seq_ + 1;
+  ++round_;
+}
+
+std::size_t StoreGroup::chunk_elems(std::size_t chunk_bytes, std::size_t ds) const {
+  const std::size_t b = std::min(std::max<std::size_t>(chunk_bytes, 64), shm_->half());
+  return std::max<std::size_t>(1, b / ds);
+}
+
+std::pair<std::size_t, std::size_t> StoreGroup::slice(std::size_t n, std::size_t ds, int q) const {
+  const std::size_t unit = 64 / ds;
+  const std::size_t per = round_up((n + size_ - 1) / size_, unit);
+  const std::size_t lo = std::min(n, per * static_cast<std::size_t>(q));
+  return {lo, std::min(n, lo + per)};
+}
+
+Status StoreGroup::wait_all(std::uint64_t v) {
+  // Fast path: one pass over the counters.
+  int first = 0;
+  auto seq = [&](int q) { return shm_->ctrl(q).seq.load(std::memory_order_acquire); };
+  while (first < size_ && seq(first) >= v) ++first;
+  if (first == size_) { known_min_ = std::max(known_min_, v); return Status::ok(); }
+  const Wait w = wait_spec();
+  // Liveness of the first rank still missing: the one this call waits on.
+  Status s = shm_->waiter().until([&] {
+    while (first < size_ && seq(first) >= v) ++first;
+    return first == size_;
+  }, [&] { return shm_->check_peer(first, op_); }, w.deadline, [&] {
+    std::vector<int> missing;
+    for (int q = 0; q < size_; ++q)
+      if (seq(q) < v) missing.push_back(q);
+    return shm_->timed_out(w, missing);
+  });
+  if (s) known_min_ = std::max(known_min_, v);
+  return s;
+}
+
+Status StoreGroup::wait_bc_done(int which, std::uint64_t v) {
+  std::uint64_t& known = bring_[which].known_min;
+  if (known >= v) return Status::ok();
+  int first = 0;
+  auto done_of = [&](int q) { return shm_->ctrl(q).bc_done[which].load(std::memory_order_acquire); };
+  auto done = [&] {
+    while (first < size_ && done_of(first) >= v) ++first;
+    return first == size_;
+  };
+  if (!done()) {
+    const Wait w = wait_spec();
+    Status s = shm_->waiter().until(done, [&] { return shm_->check_peer(first, op_); }, w.deadline, [&] {
+      std::vector<int> missing;
+      for (int q = 0; q < size_; ++q)
+        if (done_of(q) < v) missing.push_back(q);
+      return shm_->timed_out(w, missing);
+    });
+    if (!s) return s;
+  }
+  // Remember the true minimum: later roots skip the scan while it covers them.
+  std::uint64_t lo = UINT64_MAX;
+  for (int q = 0; q < size_; ++q) lo = std::min(lo, done_of(q));
+  known = std::max(known, lo);
+  return Status::ok();
+}
+
+Status StoreGroup::wait_box(int q, int h, std::uint64_t v) {
+  const auto& c = shm_->box(q, h).seq;
+  if (c.load(std::memory_order_acquire) >= v) return Status::ok();
+  const Wait w = wait_spec();
+  return shm_->waiter().until([&] { return c.load(std::memory_order_acquire) >= v; },
+                              [&] { return shm_->check_peer(q, op_); }, w.deadline,
+                              [&] { return shm_->timed_out(w, {q}); });
+}
+
+Status StoreGroup::wait_one(int q, std::uint64_t v) {
+  const auto& c = shm_->ctrl(q).seq;
+  if (c.load(std::memory_order_acquire) >= v) return Status::ok();
+  const Wait w = wait_spec();
+  return shm_->waiter().until([&] { return c.load(std::memory_order_acquire) >= v; },
+                              [&] { return shm_->check_peer(q, op_); }, w.deadline,
+                              [&] { return shm_->timed_out(w, {q}); });
+}
+
+// -------------------------------------------------------------------- factory
+
+Result<std::unique_ptr<Backend>> make_store_backend_tuned(const GroupContext& ctx, const Tuning& tuning) {
+  const std::string where = "group '" + ctx.name + "'";
+  if (ctx.size < 1 || ctx.rank < 0 || ctx.rank >= ctx.size)
+    return invalid_argument(where + ": rank " + std::to_string(ctx.rank) + " is out of range for size " +
+                            std::to_string(ctx.size));
+  if (ctx.members.size() != static_cast<std::size_t>(ctx.size))
+    return invalid_argument(where + ": " + std::to_string(ctx.members.size()) + " members for size " +
+                            std::to_string(ctx.size));
+  if (ctx.rendezvous == nullptr && ctx.size > 1) return invalid_argument(where + ": no rendezvous");
+  const std::string& my_host = ctx.members[static_cast<std::size_t>(ctx.rank)].host;
+  for (int q = 0; q < ctx.size; ++q) {
+    const Member& m = ctx.members[static_cast<std::size_t>(q)];
+    if (m.host != my_host) {
+      return not_supported(where + ": the store backend spans one host so far; group rank " + std::to_string(q) +
+                           " is on " + m.host + ", this rank on " + my_host +
+                           " (no transport between hosts is built yet; use the mpi backend across hosts)");
+    }
+  }
+  auto backend = std::make_unique<StoreGroup>(ctx, tuning);
+  const int setup_timeout = ctx.timeout_ms >= 0 ? ctx.timeout_ms : kDefaultSetupTimeoutMs;
+  // A one-rank group still gets a segment (send to itself) but needs no rendezvous.
+  class Local final : public Rendezvous {
+   public:
+    Status publish(const std::string&, const std::string&) override { return Status::ok(); }
+    Result<std::string> lookup(const std::string& k, int) override { return not_found(k); }
+  } local;
+  Rendezvous* rv = ctx.rendezvous != nullptr ? ctx.rendezvous : &local;
+  Status s = backend->setup(rv, setup_timeout, ctx.shm_dir);
+  if (!s) return s;
+  log(LogLevel::kDebug, "group %s: store backend ready (%d ranks, transport shm)", ctx.name.c_str(), ctx.size);
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace store
+
+Result<std::unique_ptr<Backend>> make_store_backend(const GroupContext& ctx) {
+  return store::make_store_backend_tuned(ctx, store::Tuning{});
+}
+
+}  // namespace accrun::collectives

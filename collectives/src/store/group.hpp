@@ -1,0 +1,142 @@
+// A store group: the Backend that runs the store's algorithms for one
+// incarnation of a group.
+//
+// The algorithms live one family per file:
+//   p2p.cpp        send, recv, group_start/end: over each peer's Channel
+//   reduce.cpp     allreduce, reduce, reducescatter
+//   broadcast.cpp  broadcast
+//   allgather.cpp  allgather, barrier
+// and reach their peers through the transports (transport.hpp); the
+// collectives run over the shared-memory transport's rounds, described here.
+//
+// Rounds.  Collectives run as a sequence of rounds.  In a round a rank may
+// write into its own current half, then publishes (seq += 1, release);
+// readers wait for the writer's seq (acquire) and read.  Every rank
+// publishes the same number of times in every collective, so seq values line
+// up across ranks.  A half is written again two rounds later, and only once
+// every rank's seq has reached the value it published first after the
+// earlier round — a rank publishes that only after finishing its reads — so
+// no extra synchronisation is needed and consecutive rounds pipeline.
+//
+// Signatures.  The first round of every collective carries the call's
+// signature (which collective, count, dtype, op, root) in the rank's box;
+// every rank that reads a peer's data in that round compares it with its
+// own, and a mismatch fails the call naming both sides.  The rank that sees
+// it gives up (flags the segment), so every member fails at this call or,
+// for a member that returned without reading (a reduce's non-root, a
+// broadcast's root), at its next one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "accrun/backend.hpp"
+#include "store/shm_transport.hpp"
+#include "store/store_backend.hpp"
+
+namespace accrun::collectives::store {
+
+class StoreGroup final : public Backend {
+ public:
+  StoreGroup(const GroupContext& ctx, const Tuning& t);
+  Status setup(Rendezvous* rv, int setup_timeout_ms, const std::string& shm_dir);
+
+  BackendKind kind() const override { return BackendKind::kStore; }
+  void set_timeout(int timeout_ms) override { timeout_ms_ = timeout_ms; }
+
+  Status allreduce(const void* send, void* recv, std::size_t count, DType dt, Op op, void* stream) override;
+  Status reduce(const void* send, void* recv, std::size_t count, DType dt, Op op, int root, void* stream) override;
+  Status broadcast(void* buf, std::size_t count, DType dt, int root, void* stream) override;
+  Status allgather(const void* send, void* recv, std::size_t count_per_rank, DType dt, void* stream) override;
+  Status reducescatter(const void* send, void* recv, std::size_t recv_count, DType dt, Op op,
+                       void* stream) override;
+  Status barrier() override;
+  Status send(const void* buf, std::size_t count, DType dt, int peer, void* stream) override;
+  Status recv(void* buf, std::size_t count, DType dt, int peer, void* stream) override;
+  Status group_start() override;
+  Status group_end() override;
+
+ private:
+  enum class Coll : std::uint8_t { kAllreduce = 1, kReduce, kBroadcast, kAllgather, kReducescatter };
+
+  // ---- argument checks and error state (group.cpp)
+  Status enter(const char* op, void* stream);
+  Status check_p2p(const char* op, void* stream, int peer);
+  Status check_rank(int r, const char* what) const;
+  Status check_buffers(const void* a, const void* b, std::size_t count, std::size_t ds) const;
+  // A failure inside a collective leaves the ranks' counters out of step, so
+  // the group cannot be used again: later calls return the same error.
+  Status guard(Status s);
+  std::string where() const { return shm_->where(); }
+  Wait wait_spec() const;
+  Channel* channel(int peer) { return shm_->channel(peer); }
+
+  // ---- signatures
+  void sign(Coll c, std::size_t count, DType dt, Op op, int root);
+  Status check_sig(int q, const std::uint64_t* theirs);
+  Status check_box_sig(int q, int h) { return check_sig(q, shm_->box(q, h).sig); }
+  Status check_all_sigs(int h);
+  static std::string describe_sig(const std::uint64_t* sig);
+
+  // ---- rounds over the shared-memory transport
+  std::uint64_t publish();
+  std::uint64_t publish_box(int h);  // publishes bytes placed in this rank's box h
+  char* box(int q, int h) const { return shm_->box(q, h).data; }
+  char* slot(int q, int h) const { return shm_->slot(q, h); }
+  // Starts a data round: stamps the call's signature, and a rank about to
+  // write its half first waits until every reader is done with its
+  // previous use.
+  int begin_round();
+  void end_round();
+  std::size_t chunk_elems(std::size_t chunk_bytes, std::size_t ds) const;
+  // Rank q's slice of an n-element chunk, in cache-line multiples.
+  std::pair<std::size_t, std::size_t> slice(std::size_t n, std::size_t ds, int q) const;
+  // out = part(0) op part(1) op ... op part(size_ - 1), in rank order, so
+  // every rank reducing the same parts gets bit-identical results.
+  template <class Part>
+  void reduce_parts(DType dt, Op op, void* out, std::size_t count, Part part) const {
+    std::memcpy(out, part(0), count * dtype_size(dt));
+    for (int q = 1; q < size_; ++q) reduce_into(dt, op, out, part(q), count);
+  }
+  Status wait_all(std::uint64_t v);
+  Status wait_one(int q, std::uint64_t v);
+  Status wait_box(int q, int h, std::uint64_t v);
+  Status wait_bc_done(int which, std::uint64_t v);  // every rank finished broadcast chunk v - 1
+  Status reduce_to(const char* in, char* out, std::size_t count, DType dt, Op op, int root);  // root < 0: all
+  Status allreduce_cma(const char* in, char* out, std::size_t count, DType dt, Op op);
+
+  struct PendingRecv {
+    void* buf;
+    std::size_t bytes;
+    int peer;
+  };
+
+  int rank_;
+  int size_;
+  int timeout_ms_;
+  Tuning tun_;
+  std::unique_ptr<ShmTransport> shm_;
+
+  std::uint64_t sig_[2] = {0, 0};   // the current call's signature
+  std::uint64_t seq_ = 0;          // this rank's last published value
+  std::uint64_t round_ = 0;        // data rounds so far; the half is round_ & 1
+  std::uint64_t reuse_need_[2] = {0, 0};
+  std::uint64_t known_min_ = 0;    // every rank's seq is known to be at least this
+  // The broadcast rings: 0 for messages up to bcast_small_max, 1 chunked.
+  struct BRingState {
+    std::uint64_t step = 0;       // chunks through this ring so far (the same on every rank)
+    std::uint64_t known_min = 0;  // every rank's bc_done for it is known to be at least this
+  };
+  BRingState bring_[2];
+  const char* op_ = "setup";
+  bool ok_ = true;
+  Status broken_;
+  int group_depth_ = 0;
+  std::vector<PendingRecv> pending_;
+};
+
+}  // namespace accrun::collectives::store

@@ -1,0 +1,178 @@
+// The reduction family over the shared-memory rounds: allreduce, reduce,
+// reducescatter.  Every rank reduces the parts in rank order, so all ranks
+// get bit-identical results.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "store/group.hpp"
+
+namespace accrun::collectives::store {
+
+Status StoreGroup::allreduce(const void* send, void* recv, std::size_t count, DType dt, Op op, void* stream) {
+  ACCRUN_RETURN_IF_ERROR(enter("allreduce", stream));
+  ACCRUN_RETURN_IF_ERROR(check_buffers(send, recv, count, dtype_size(dt)));
+  return reduce_to(static_cast<const char*>(send), static_cast<char*>(recv), count, dt, op, -1);
+}
+
+Status StoreGroup::reduce(const void* send, void* recv, std::size_t count, DType dt, Op op, int root, void* stream) {
+  ACCRUN_RETURN_IF_ERROR(enter("reduce", stream));
+  ACCRUN_RETURN_IF_ERROR(check_rank(root, "root"));
+  ACCRUN_RETURN_IF_ERROR(check_buffers(send, rank_ == root ? recv : send, count, dtype_size(dt)));
+  return reduce_to(static_cast<const char*>(send), static_cast<char*>(recv), count, dt, op, root);
+}
+
+// Allreduce (root < 0) and reduce: every rank takes part in every round; the
+// ranks that want the result (all, or the root) read it.
+Status StoreGroup::reduce_to(const char* in, char* out, std::size_t count, DType dt, Op op, int root) {
+  const std::size_t ds = dtype_size(dt);
+  const std::size_t bytes = count * ds;
+  if (bytes == 0) return Status::ok();
+  if (size_ == 1) { if (in != out) std::memcpy(out, in, bytes); return Status::ok(); }
+  const bool wants = root < 0 || rank_ == root;
+  sign(root < 0 ? Coll::kAllreduce : Coll::kReduce, count, dt, op, root);
+
+  if (bytes <= kBoxBytes) {
+    const int h = begin_round();
+    if (!ok_) return broken_;
+    std::memcpy(box(rank_, h), in, bytes);
+    const std::uint64_t v = publish_box(h);
+    if (wants) {
+      for (int q = 0; q < size_; ++q) {
+        if (q == rank_) continue;
+        ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
+        ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
+      }
+      reduce_parts(dt, op, out, count, [&](int q) { return box(q, h); });
+    }
+    end_round();
+    return Status::ok();
+  }
+  if (bytes <= std::min(tun_.allreduce_small_max, shm_->half())) {
+    // One round: every rank copies in, then reduces every slot.
+    const int h = begin_round();
+    if (!ok_) return broken_;
+    std::memcpy(slot(rank_, h), in, bytes);
+    const std::uint64_t v = publish();
+    if (wants) {
+      ACCRUN_RETURN_IF_ERROR(guard(wait_all(v)));
+      ACCRUN_RETURN_IF_ERROR(check_all_sigs(h));
+      reduce_parts(dt, op, out, count, [&](int q) { return slot(q, h); });
+    }
+    end_round();
+    return Status::ok();
+  }
+  if (root < 0 && shm_->cma() && bytes >= tun_.cma_min) return allreduce_cma(in, out, count, dt, op);
+  // Reduce-scatter + allgather per chunk: each rank reduces one slice of the
+  // chunk (its own data first, then the others in rank order) into its own
+  // half, then the ranks that want the result copy all slices out.
+  const std::size_t chunk = chunk_elems(tun_.allreduce_chunk, ds);
+  for (std::size_t off = 0; off < count; off += chunk) {
+    const std::size_t n = std::min(chunk, count - off);
+    const int h = begin_round();
+    if (!ok_) return broken_;
+    std::memcpy(slot(rank_, h), in + off * ds, n * ds);
+    const std::uint64_t a = publish();
+    auto [lo, hi] = slice(n, ds, rank_);
+    for (int i = 1; i < size_; ++i) {
+      const int q = (rank_ + i) % size_;
+      ACCRUN_RETURN_IF_ERROR(guard(wait_one(q, a)));
+      if (off == 0) ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
+      if (hi > lo) reduce_into(dt, op, slot(rank_, h) + lo * ds, slot(q, h) + lo * ds, hi - lo);
+    }
+    const std::uint64_t b = publish();
+    for (int i = 0; i < size_ && wants; ++i) {
+      const int q = (rank_ + i) % size_;
+      if (q != rank_) ACCRUN_RETURN_IF_ERROR(guard(wait_one(q, b)));
+      auto [qlo, qhi] = slice(n, ds, q);
+      if (qhi > qlo) std::memcpy(out + (off + qlo) * ds, slot(q, h) + qlo * ds, (qhi - qlo) * ds);
+    }
+    end_round();
+  }
+  return Status::ok();
+}
+
+// Allreduce by cross-memory attach: three synchronisations whatever the
+// size.  Rank r reduces slice r from every rank's send buffer (its own
+// first, the others in rank order) into its recv buffer, then every rank
+// reads the other slices from their owners' recv buffers; the last step
+// keeps every buffer alive until all reads are done.
+Status StoreGroup::allreduce_cma(const char* in, char* out, std::size_t count, DType dt, Op op) {
+  const std::size_t ds = dtype_size(dt);
+  const int h = begin_round();
+  if (!ok_) return broken_;
+  const std::uint64_t mine[2] = {reinterpret_cast<std::uint64_t>(in), reinterpret_cast<std::uint64_t>(out)};
+  std::memcpy(box(rank_, h), mine, sizeof mine);
+  const std::uint64_t v = publish_box(h);
+  std::vector<std::uint64_t> send_at(static_cast<std::size_t>(size_)), recv_at(send_at.size());
+  for (int q = 0; q < size_; ++q) {
+    if (q != rank_) {
+      ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
+      ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
+    }
+    std::uint64_t a[2];
+    std::memcpy(a, box(q, h), sizeof a);
+    send_at[q] = a[0];
+    recv_at[q] = a[1];
+  }
+  auto [lo, hi] = slice(count, ds, rank_);
+  if (hi > lo) {
+    if (in != out) std::memcpy(out + lo * ds, in + lo * ds, (hi - lo) * ds);
+    // This round's half of the slot is free: a bounce buffer.
+    char* tmp = slot(rank_, h);
+    const std::size_t step = std::max<std::size_t>(1, shm_->half() / ds);
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      for (std::size_t off = lo; off < hi; off += step) {
+        const std::size_t n = std::min(step, hi - off);
+        ACCRUN_RETURN_IF_ERROR(guard(shm_->cma_read(q, tmp, send_at[q] + off * ds, n * ds, op_)));
+        reduce_into(dt, op, out + off * ds, tmp, n);
+      }
+    }
+  }
+  const std::uint64_t a = publish();
+  ACCRUN_RETURN_IF_ERROR(guard(wait_all(a)));
+  for (int i = 1; i < size_; ++i) {
+    const int q = (rank_ + i) % size_;
+    auto [qlo, qhi] = slice(count, ds, q);
+    if (qhi > qlo)
+      ACCRUN_RETURN_IF_ERROR(guard(shm_->cma_read(q, out + qlo * ds, recv_at[q] + qlo * ds, (qhi - qlo) * ds, op_)));
+  }
+  const std::uint64_t b = publish();
+  ACCRUN_RETURN_IF_ERROR(guard(wait_all(b)));
+  end_round();
+  return Status::ok();
+}
+
+Status StoreGroup::reducescatter(const void* send, void* recv, std::size_t recv_count, DType dt, Op op,
+                                 void* stream) {
+  ACCRUN_RETURN_IF_ERROR(enter("reducescatter", stream));
+  const std::size_t ds = dtype_size(dt);
+  ACCRUN_RETURN_IF_ERROR(check_buffers(send, recv, recv_count, ds));
+  if (recv_count == 0) return Status::ok();
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  if (size_ == 1) { if (in != out) std::memcpy(out, in, recv_count * ds); return Status::ok(); }
+  sign(Coll::kReducescatter, recv_count, dt, op, -1);
+  // Each round packs this rank's contribution to every rank's block into
+  // its half; rank r then reduces block r of every half.  In place, the
+  // result lands at the start of recv; each round reads the input before
+  // any output of that range is written.
+  const std::size_t chunk = std::max<std::size_t>(1, shm_->half() / ds / static_cast<std::size_t>(size_));
+  for (std::size_t off = 0; off < recv_count; off += chunk) {
+    const std::size_t n = std::min(chunk, recv_count - off);
+    const int h = begin_round();
+    if (!ok_) return broken_;
+    for (int q = 0; q < size_; ++q)
+      std::memcpy(slot(rank_, h) + q * n * ds, in + (q * recv_count + off) * ds, n * ds);
+    const std::uint64_t v = publish();
+    ACCRUN_RETURN_IF_ERROR(guard(wait_all(v)));
+    if (off == 0) ACCRUN_RETURN_IF_ERROR(check_all_sigs(h));
+    char* dst = out + off * ds;
+    reduce_parts(dt, op, dst, n, [&](int q) { return slot(q, h) + rank_ * n * ds; });
+    end_round();
+  }
+  return Status::ok();
+}
+
+}  // namespace accrun::collectives::store

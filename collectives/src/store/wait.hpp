@@ -1,0 +1,67 @@
+// Waiting on shared memory: a bounded spin, then yields, then growing sleeps.
+#pragma once
+
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "accrun/status.hpp"
+#include "store/transport.hpp"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define ACCRUN_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define ACCRUN_CPU_RELAX() asm volatile("yield" ::: "memory")
+#else
+#define ACCRUN_CPU_RELAX() std::atomic_signal_fence(std::memory_order_seq_cst)
+#endif
+
+namespace accrun::collectives::store {
+
+struct Waiter {
+  bool oversubscribed = false;  // yield at once instead of spinning
+  int spin_ns = 50'000;
+
+  // Polls ready(): a bounded spin first (a wake-up costs tens of µs, a
+  // small message far less), then yields, then sleeps in growing steps.
+  // Every millisecond or so it asks check() whether a peer it waits for has
+  // failed (a non-ok Status ends the wait), and past the deadline returns
+  // timed_out().
+  template <class Ready, class Check, class TimedOut>
+  Status until(Ready ready, Check check, Clock::time_point deadline, TimedOut timed_out) const {
+    const auto start = Clock::now();
+    if (!oversubscribed) {
+      const auto spin_end = start + std::chrono::nanoseconds(spin_ns);
+      for (;;) {
+        for (int i = 0; i < 64; ++i) {
+          if (ready()) return Status::ok();
+          ACCRUN_CPU_RELAX();
+        }
+        if (Clock::now() >= spin_end) break;
+      }
+    }
+    auto next_check = start;
+    for (;;) {
+      if (ready()) return Status::ok();
+      const auto now = Clock::now();
+      if (now >= next_check) {
+        Status s = check();
+        if (!s) return s;
+        if (now >= deadline) return timed_out();
+        next_check = now + std::chrono::milliseconds(1);
+      }
+      const auto waited = now - start;
+      if (oversubscribed || waited < std::chrono::milliseconds(2)) {
+        sched_yield();
+      } else {
+        std::this_thread::sleep_for(waited < std::chrono::milliseconds(50) ? std::chrono::microseconds(20)
+                                                                          : std::chrono::microseconds(500));
+      }
+    }
+  }
+};
+
+}  // namespace accrun::collectives::store

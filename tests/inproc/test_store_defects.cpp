@@ -1,0 +1,280 @@
+// Store backend, in process: members that leave normally, a full /dev/shm,
+// the bound on buffered sends, mismatched collective arguments, and what a
+// timeout names.
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "store/store_backend.hpp"
+#include "store_harness.hpp"
+
+namespace accrun::collectives::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool has(const Status& s, const std::string& text) { return s.message().find(text) != std::string::npos; }
+
+TEST(StoreDeparture, MemberThatLeftNormallyDoesNotFailOthersCalls) {
+  // Group rank 2 destroys its handle and goes; the job's monitor then says
+  // its process is gone (as it does for any process that no longer
+  // exists).  Ranks 0 and 1 exchange 4 MiB each way, rank 0 waiting in recv
+  // while rank 1 is still busy: their calls do not involve rank 2 and
+  // succeed with exact bytes.
+  World w;
+  std::atomic<bool> left{false};
+  const std::size_t n = (4u << 20) / sizeof(std::int32_t);
+  w.run(spec("departure", 3, 20'000), [&](int r, Backend& b) {
+    if (r == 2) {
+      left = true;
+      return;  // the handle is destroyed as the thread ends
+    }
+    while (!left) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (r == 0) w.peers.fail(2, "rank 2 on host localhost is gone (process no longer exists)");
+    std::vector<std::int32_t> out(n), in(n, -1);
+    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::int32_t>(i * 3 + r);
+    const int peer = 1 - r;
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));  // rank 0 waits in recv meanwhile
+    Status s = b.send(out.data(), n, DType::kInt32, peer, nullptr);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    s = b.recv(in.data(), n, DType::kInt32, peer, nullptr);
+    ASSERT_TRUE(s.is_ok()) << "rank " << r << ": " << s.message();
+    for (std::size_t i = 0; i < n; i += 4099) ASSERT_EQ(in[i], static_cast<std::int32_t>(i * 3 + peer));
+    // A collective needs rank 2: that one fails, naming it.
+    b.set_timeout(5000);
+    s = b.barrier();
+    EXPECT_EQ(s.code(), Code::kRemote) << s.message();
+    EXPECT_TRUE(has(s, "job rank 2")) << s.message();
+  });
+}
+
+// ---- mismatched arguments
+
+TEST(StoreMismatch, AllreduceCountsThatDifferFailEveryMemberNamingBoth) {
+  for (std::size_t base : {std::size_t{4}, std::size_t{100'000}}) {
+    World w;
+    w.run(spec("count", 2, 5000), [&](int r, Backend& b) {
+      const std::size_t count = base * static_cast<std::size_t>(r + 1);
+      std::vector<float> in(count, 1.0f), out(count);
+      Status s = b.allreduce(in.data(), out.data(), count, DType::kFloat32, Op::kSum, nullptr);
+      EXPECT_EQ(s.code(), Code::kInvalidUsage) << "rank " << r << ": " << s.message();
+      if (s.code() == Code::kInvalidUsage) {
+        EXPECT_TRUE(has(s, "allreduce of " + std::to_string(base) + " float32 (sum)")) << s.message();
+        EXPECT_TRUE(has(s, "allreduce of " + std::to_string(2 * base) + " float32 (sum)")) << s.message();
+      }
+      EXPECT_FALSE(b.barrier().is_ok());
+    });
+  }
+}
+
+TEST(StoreMismatch, DtypeAndOpThatDifferAreNamed) {
+  World w;
+  w.run(spec("dtype", 3, 5000), [&](int r, Backend& b) {
+    std::vector<std::int32_t> in(2000, 1), out(in.size());
+    const DType dt = r == 2 ? DType::kFloat32 : DType::kInt32;
+    const Op op = r == 1 ? Op::kMax : Op::kSum;
+    Status s = b.allreduce(in.data(), out.data(), in.size(), dt, op, nullptr);
+    EXPECT_FALSE(s.is_ok()) << "rank " << r;
+    EXPECT_TRUE(s.code() == Code::kInvalidUsage || s.code() == Code::kRemote) << s.message();
+    EXPECT_TRUE(has(s, "float32") || has(s, "max") || has(s, "gave up")) << s.message();
+  });
+}
+
+TEST(StoreMismatch, ReduceRootsThatDifferFailBothRootsAndTheOthersNextCall) {
+  World w;
+  w.run(spec("root", 3, 5000), [&](int r, Backend& b) {
+    const int root = r == 1 ? 1 : 0;
+    double in = 1, out = 0;
+    Status s = b.reduce(&in, &out, 1, DType::kFloat64, Op::kSum, root, nullptr);
+    if (r != 2) {
+      EXPECT_EQ(s.code(), Code::kInvalidUsage) << "rank " << r << ": " << s.message();
+      EXPECT_TRUE(has(s, "to root 0") && has(s, "to root 1")) << s.message();
+    }
+    EXPECT_FALSE(b.barrier().is_ok()) << "rank " << r;
+  });
+}
+
+TEST(StoreMismatch, BroadcastRootsOrCountsThatDifferFail) {
+  for (int variant = 0; variant < 2; ++variant) {
+    World w;
+    std::atomic<int> failed_now{0};
+    w.run(spec("bc", 2, 5000), [&](int r, Backend& b) {
+      std::vector<std::int64_t> v(variant == 0 ? 3 : 3 + r, r);
+      const int root = variant == 0 ? r : 0;  // variant 0: each thinks itself the root
+      Status s = b.broadcast(v.data(), v.size(), DType::kInt64, root, nullptr);
+      if (!s.is_ok()) {
+        ++failed_now;
+        EXPECT_EQ(s.code(), Code::kInvalidUsage) << s.message();
+        EXPECT_TRUE(has(s, "broadcast of")) << s.message();
+      }
+      EXPECT_FALSE(b.barrier().is_ok()) << "rank " << r;
+    });
+    EXPECT_GE(failed_now.load(), 1) << "variant " << variant;
+  }
+}
+
+// ---- timeouts
+
+TEST(StoreTimeout, NamesTheCallAndThePeersThatHadNotArrived) {
+  World w;
+  w.run(spec("late", 3, 20'000, {4, 5, 6}), [&](int r, Backend& b) {
+    if (r == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(600));
+      return;
+    }
+    b.set_timeout(200);
+    std::vector<float> v(1000, 1.0f), out(v.size());
+    Status s = b.allreduce(v.data(), out.data(), v.size(), DType::kFloat32, Op::kSum, nullptr);
+    EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
+    if (r == 0 || s.message().find("gave up") == std::string::npos) {
+      EXPECT_TRUE(has(s, "allreduce timed out after 200 ms")) << s.message();
+      EXPECT_TRUE(has(s, "group rank 2 (job rank 6)")) << s.message();
+      EXPECT_TRUE(has(s, "had not arrived")) << s.message();
+    }
+  });
+}
+
+// ---- buffered sends: the bound per pair
+
+TEST(StoreBuffer, SendsPastThePairBoundWaitForTheReceiver) {
+  World w;
+  store::Tuning t;
+  t.ring_bytes = 64 << 10;
+  t.pair_buffer_max = 1 << 20;
+  MemRendezvous rv;
+  const GroupSpec g = spec("bound", 2, 20'000);
+  const std::size_t n = (768u << 10) / sizeof(std::int32_t);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto b = store::make_store_backend_tuned(w.context(g, r, &rv), t);
+      ASSERT_TRUE(b.is_ok()) << b.status().message();
+      if (r == 0) {
+        std::vector<std::int32_t> m(n);
+        const auto start = Clock::now();
+        for (int k = 0; k < 3; ++k) {
+          for (std::size_t i = 0; i < n; ++i) m[i] = static_cast<std::int32_t>(i) + k;
+          ASSERT_TRUE((*b)->send(m.data(), n, DType::kInt32, 1, nullptr).is_ok());
+          // The first goes at once; the second would hold 1.5 MiB (> 1 MiB)
+          // and waits for the receiver, who starts after 300 ms.
+          if (k == 0) { EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(250)); }
+          if (k == 1) { EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(250)); }
+        }
+        // Past the bound with nobody receiving: a timeout naming the peer.
+        (*b)->set_timeout(150);
+        ASSERT_TRUE((*b)->send(m.data(), n, DType::kInt32, 1, nullptr).is_ok());
+        Status s = (*b)->send(m.data(), n, DType::kInt32, 1, nullptr);
+        EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
+        EXPECT_TRUE(has(s, "send timed out") && has(s, "group rank 1")) << s.message();
+        (*b)->set_timeout(20'000);
+        ASSERT_TRUE((*b)->barrier().is_ok());
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        std::vector<std::int32_t> m(n);
+        for (int k = 0; k < 3; ++k) {
+          ASSERT_TRUE((*b)->recv(m.data(), n, DType::kInt32, 0, nullptr).is_ok());
+          for (std::size_t i = 0; i < n; i += 1021) ASSERT_EQ(m[i], static_cast<std::int32_t>(i) + k);
+        }
+        ASSERT_TRUE((*b)->barrier().is_ok());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+}
+
+// ---- a full /dev/shm
+
+// Runs body in a child process that sees a private 8 MiB tmpfs on
+// /dev/shm.  Returns the child's exit status, or -1 (skip) when a private
+// mount namespace is not available (not root).
+int in_small_dev_shm(const std::function<int()>& body) {
+  const pid_t child = fork();
+  if (child < 0) return -2;
+  if (child == 0) {
+    if (unshare(CLONE_NEWNS) != 0) _exit(77);
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) _exit(77);
+    if (mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=8m") != 0) _exit(77);
+    _exit(body());
+  }
+  int st = 0;
+  if (waitpid(child, &st, 0) != child) return -2;
+  if (WIFSIGNALED(st)) return 1000 + WTERMSIG(st);
+  return WEXITSTATUS(st) == 77 ? -1 : WEXITSTATUS(st);
+}
+
+int count_entries(const char* dir) {
+  int n = 0;
+  if (DIR* d = opendir(dir)) {
+    while (dirent* e = readdir(d))
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+TEST(StoreShmFull, SendLargerThanDevShmIsNoMemoryNotSigbus) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a private 8 MiB tmpfs on /dev/shm";
+  const int rc = in_small_dev_shm([] {
+    World w;  // its directory lies in the small /dev/shm
+    MemRendezvous rv;
+    GroupContext ctx = w.context(spec("full", 1), 0, &rv);
+    auto b = make_store_backend(ctx);
+    if (!b.is_ok()) { std::fprintf(stderr, "init: %s\n", b.status().message().c_str()); return 2; }
+    std::vector<char> big(32u << 20, 'x');
+    Status s = (*b)->send(big.data(), big.size(), DType::kUInt8, 0, nullptr);
+    if (s.code() != Code::kNoMemory) { std::fprintf(stderr, "send: %s\n", s.message().c_str()); return 3; }
+    if (!has(s, "/dev/shm") || !has(s, "8.0 MiB")) { std::fprintf(stderr, "message: %s\n", s.message().c_str()); return 4; }
+    if (count_entries(w.dir.path().c_str()) != 0) return 5;  // no side file left (the segment is unlinked at setup)
+    // The group still works: a message that fits goes through.
+    std::vector<char> small(1u << 20, 'y'), got(small.size());
+    if (!(*b)->send(small.data(), small.size(), DType::kUInt8, 0, nullptr).is_ok()) return 6;
+    if (!(*b)->recv(got.data(), got.size(), DType::kUInt8, 0, nullptr).is_ok() || got != small) return 7;
+    b->reset();
+    if (count_entries(w.dir.path().c_str()) != 0) return 8;
+    return 0;
+  });
+  if (rc == -1) GTEST_SKIP() << "no private mount namespace here (unshare(CLONE_NEWNS) or mount failed)";
+  EXPECT_EQ(rc, 0) << (rc >= 1000 ? "child killed by signal " + std::to_string(rc - 1000) : "child step " + std::to_string(rc));
+}
+
+TEST(StoreShmFull, SegmentLargerThanDevShmIsNoMemory) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a private 8 MiB tmpfs on /dev/shm";
+  const int rc = in_small_dev_shm([] {
+    World w;
+    store::Tuning t;
+    t.half_bytes = 2 << 20;  // 4 ranks: 16 MiB of slots
+    MemRendezvous rv;
+    const GroupSpec g = spec("bigseg", 4, 500);
+    std::atomic<int> bad{0};
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 4; ++r) {
+      threads.emplace_back([&, r] {
+        auto b = store::make_store_backend_tuned(w.context(g, r, &rv), t);
+        if (r == 0 && (b.status().code() != Code::kNoMemory || !has(b.status(), "/dev/shm"))) {
+          std::fprintf(stderr, "rank 0: %s\n", b.status().message().c_str());
+          ++bad;
+        }
+        if (b.is_ok()) ++bad;
+      });
+    }
+    for (auto& th : threads) th.join();
+    if (bad != 0) return 2;
+    return count_entries(w.dir.path().c_str()) == 0 ? 0 : 3;
+  });
+  if (rc == -1) GTEST_SKIP() << "no private mount namespace here (unshare(CLONE_NEWNS) or mount failed)";
+  EXPECT_EQ(rc, 0) << (rc >= 1000 ? "child killed by signal " + std::to_string(rc - 1000) : "child step " + std::to_string(rc));
+}
+
+}  // namespace
+}  // namespace accrun::collectives::testing
