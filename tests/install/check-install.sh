@@ -17,6 +17,14 @@ for page in man1/accrun.1 man5/accrun-hostfile.5 man7/accrun.7 man3/libaccrun.3 
   test -f "$prefix/share/man/$page" || { echo "man page $page not installed" >&2; exit 1; }
 done
 
+# `man NAME` opens a page for the command, the hostfile format, the library and
+# every function accrun.h declares (man3 links lead to the family pages).
+fns=$(grep -oE '\baccrun_[a-z0-9_]+ *\(' "$prefix/include/accrun/accrun.h" | tr -d ' (' | sort -u)
+for name in accrun accrun-hostfile libaccrun $fns; do
+  text=$(man -M "$prefix/share/man" "$name" 2>/dev/null) || { echo "man $name: no page after install" >&2; exit 1; }
+  grep -q -- "$name" <<<"$text" || { echo "man $name opens a page that does not name it" >&2; exit 1; }
+done
+
 # libaccrun exports the C API and nothing else.
 lib=$(find "$prefix" -name 'libaccrun.so.*' -type f | head -1)
 extra=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TDBRVW]$/ {print $3}' | grep -v '^accrun_' || true)

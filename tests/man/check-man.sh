@@ -9,7 +9,7 @@ accrun=$2
 fail=0
 
 for page in "$src"/man/man[1-8]/*.[1-8]; do
-  out=$(groff -man -ww -z "$page" 2>&1 || true)
+  out=$(groff -man -ww -z -I "$src/man" "$page" 2>&1 || true)  # -I: .so man3/page.3 links
   if [ -n "$out" ]; then
     echo "man: $page: groff warnings:"; echo "$out"; fail=1
   fi
