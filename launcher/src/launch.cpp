@@ -87,6 +87,7 @@ int launch_main(const Options& options, char** envp) {
   cfg.timeout_s = options.timeout_s;
   cfg.kill_grace_s = options.kill_grace_s;
   cfg.on_failure = options.on_failure;
+  cfg.mpi = options.mpi;
   cfg.report_bindings = options.report_bindings;
   cfg.exports = options.exports;
   // A topology read from XML describes some other machine: it plans, it

@@ -34,6 +34,7 @@
 #include "iof.hpp"
 #include "janitor.hpp"
 #include "pmix_host.hpp"
+#include "pmi/pmi_host.hpp"
 
 namespace accrun::launcher {
 
@@ -277,6 +278,7 @@ struct ChildSpec {
   int in_fd = -1;
   int out_fd = -1;
   int err_fd = -1;
+  int pmi_fd = -1;  // the rank's PMI socket (close-on-exec until the child clears it)
   bool bind = false;
   cpu_set_t cpus;
 };
@@ -306,6 +308,7 @@ __attribute__((noinline)) pid_t spawn_child(const char* path, char* const* argv,
   dup2(c.in_fd, 0);
   dup2(c.out_fd, 1);
   dup2(c.err_fd, 2);
+  if (c.pmi_fd >= 0) fcntl(c.pmi_fd, F_SETFD, 0);  // this child's table only: it keeps its own socket
   if (c.bind) sched_setaffinity(0, sizeof c.cpus, &c.cpus);
   if (wdir != nullptr && chdir(wdir) != 0) {
     report->err = errno;
@@ -332,6 +335,7 @@ class Daemon final : public ClientEvents, public DaemonControl {
  private:
   void upstream_lost();
   int setup_and_spawn();
+  void start_pmi();
   int loop();
   void finish();
 
@@ -370,6 +374,7 @@ class Daemon final : public ClientEvents, public DaemonControl {
   int old_subreaper_ = 0;
   std::unique_ptr<UpcallQueue> queue_;
   std::unique_ptr<PmixServer> pmix_;
+  std::unique_ptr<pmi::PmiService> pmi_;  // --mpi pmi|auto: the PMI-1/PMI-2 sockets
 
   std::vector<int> local_ranks_;        // global ranks on this host
   std::map<int, RankState> ranks_;      // by global rank
@@ -395,7 +400,7 @@ class Daemon final : public ClientEvents, public DaemonControl {
 };
 
 // Tags in epoll's data: what became ready.
-constexpr uint64_t kTagSignal = 1, kTagQueue = 2, kTagStdin = 3, kTagUpstream = 4, kTagStream = 1ULL << 32, kTagTarget = 1ULL << 33;
+constexpr uint64_t kTagSignal = 1, kTagQueue = 2, kTagStdin = 3, kTagUpstream = 4, kTagStream = 1ULL << 32, kTagTarget = 1ULL << 33, kTagPmi = 1ULL << 34;
 
 Daemon::~Daemon() {
   for (auto& s : streams_)
@@ -923,6 +928,7 @@ int Daemon::setup_and_spawn() {
   }
 
   trace(t0_, "namespace registered");
+  if (cfg_.mpi != MpiMode::kPmix) start_pmi();
   if (cfg_.upstream) cfg_.upstream->tick();  // a slow start is not a dead host
   // Count the host's processing units for OMPI_MCA_mpi_oversubscribe.
   bool oversubscribed = plan_.oversubscribed;
@@ -1022,13 +1028,25 @@ int Daemon::setup_and_spawn() {
 
     // Environment: the PMIx client's variables and what Open MPI needs.
     Env& e = envs[r];
-    auto client = pmix_->client_env(r);
-    if (!client) {
-      say(cfg_.err_fd, client.status().message());
-      for (int fd : close_after_fork) close(fd);
-      return 1;
+    if (cfg_.mpi != MpiMode::kPmi) {
+      auto client = pmix_->client_env(r);
+      if (!client) {
+        say(cfg_.err_fd, client.status().message());
+        for (int fd : close_after_fork) close(fd);
+        return 1;
+      }
+      for (const auto& [k, v] : *client) e[k] = v;
     }
-    for (const auto& [k, v] : *client) e[k] = v;
+    if (pmi_) {
+      auto fd = pmi_->prepare(r, e);
+      if (!fd) {
+        say(cfg_.err_fd, fd.status().message());
+        for (int f : close_after_fork) close(f);
+        return 1;
+      }
+      c.pmi_fd = *fd;
+      close_after_fork.push_back(*fd);
+    }
     e["OMPI_MCA_schizo"] = "^orte";
     e["OMPI_MCA_btl_vader_backing_directory"] = shm_dir_ + "/ompi";
     if (oversubscribed) e["OMPI_MCA_mpi_oversubscribe"] = "1";
@@ -1119,6 +1137,8 @@ int Daemon::setup_and_spawn() {
   if (cfg_.upstream) add(cfg_.upstream->fd(), EPOLLIN, kTagUpstream);
   for (size_t i = 0; i < streams_.size(); ++i) add(streams_[i]->fd, EPOLLIN, kTagStream | i);
   for (size_t i = 0; i < stdin_targets_.size(); ++i) add(stdin_targets_[i]->fd, 0, kTagTarget | i);
+  if (pmi_)
+    for (auto [index, fd] : pmi_->fds()) add(fd, EPOLLIN, kTagPmi | index);
   update_stdin_interest();
 
   trace(t0_, "ranks started");
@@ -1180,6 +1200,8 @@ int Daemon::loop() {
         if (!upstream_gone_ && !cfg_.upstream->on_readable(*this)) upstream_lost();
       } else if (tag == kTagStdin) {
         stdin_readable();
+      } else if (tag & kTagPmi) {
+        pmi_->on_readable(tag & 0xffffffffu);
       } else if (tag & kTagTarget) {
         // A rank that closed its stdin shows as an error on our end, even
         // with no interest set: drop it, or the loop would spin on it.
@@ -1219,6 +1241,27 @@ int Daemon::loop() {
   return exit_code_.value_or(0);
 }
 
+// The PMI-1/PMI-2 server (launcher/src/pmi/): its fences take the PMIx
+// server's route, its events the same paths as PMIx clients'.
+void Daemon::start_pmi() {
+  pmi::PmiJobInfo info;
+  info.kvsname = "accrun." + jobid_;
+  info.size = static_cast<int>(plan_.ranks.size());
+  info.universe_size = info.size;
+  std::vector<int> node_of_rank;
+  for (const auto& r : plan_.ranks) node_of_rank.push_back(r.host);
+  info.process_mapping = pmi::process_mapping(node_of_rank);
+  pmi::PmiEvents ev;
+  ev.fence_router = pmix_->fence_router();
+  ev.connected = [this](int rank) { on_connected(rank); };
+  ev.finalized = [this](int rank) { on_finalized(rank); };
+  ev.aborted = [this](int rank, int status, const std::string& message) { on_abort(rank, status, message); };
+  ev.misused = [this](int rank, const std::string& how) {
+    if (RankState* r = state_of(rank)) record_failure(*r, 1, "pmi", how);
+  };
+  pmi_ = std::make_unique<pmi::PmiService>(std::move(info), static_cast<int>(local_ranks_.size()), std::move(ev));
+}
+
 void Daemon::finish() {
   trace(t0_, "ranks done");
   // A beat before the slow part (the PMIx server's finalize on a loaded host).
@@ -1241,6 +1284,7 @@ void Daemon::finish() {
     waitpid(s.pid, nullptr, 0);
     s.running = false;
   }
+  pmi_.reset();
   pmix_.reset();
   trace(t0_, "PMIx server finalised");
   queue_.reset();

@@ -292,6 +292,7 @@ int Controller::plan_and_launch() {
   cfg.stdin_rank = options_.stdin_rank;
   cfg.kill_grace_s = options_.kill_grace_s;
   cfg.on_failure = options_.on_failure;
+  cfg.mpi = options_.mpi;
   cfg.report_bindings = options_.report_bindings;
   // -x VAR takes its value from accrun's environment here, not the agents'.
   for (auto [name, value] : options_.exports) {
@@ -327,7 +328,9 @@ int Controller::plan_and_launch() {
 
 std::set<int> Controller::participants(const std::string& signature) const {
   std::set<int> out;
-  if (signature == "*") {
+  // PMI fences ("pmi:*", launcher/src/pmi/) span the job as PMIx's "*" does;
+  // their own signature keeps the two protocols' rounds apart.
+  if (signature == "*" || signature == "pmi:*") {
     for (size_t a = 0; a < host_of_agent_.size(); ++a)
       if (host_of_agent_[a] >= 0) out.insert(static_cast<int>(a));
     return out;
