@@ -137,9 +137,11 @@ PmiConnection::PmiConnection(int rank, const PmiJobInfo* job, PmiHost* host, Sen
 
 bool PmiConnection::feed(const char* data, size_t n) {
   if (state_ == State::kDead) return false;
+  if (state_ == State::kAborted) return true;  // whatever follows an abort is ignored
   in_.append(data, n);
   for (;;) {
     if (state_ == State::kDead) return false;
+    if (state_ == State::kAborted) return true;
     if (version_ != 2) {
       size_t nl = in_.find('\n');
       if (nl == std::string::npos) {
@@ -312,9 +314,11 @@ bool PmiConnection::handle_v1(const std::string& line) {
   } else if (cmd == "abort") {
     const std::string* code = find(f, "exitcode");
     std::optional<long> c = code ? to_int(*code) : std::nullopt;
-    state_ = State::kDead;
+    // The socket stays open: the client may wait on it until it is
+    // killed, and a closed one only adds a "readline failed" to its output.
+    state_ = State::kAborted;
     host_->abort(rank_, c ? static_cast<int>(*c) : 1, "");
-    return false;
+    return true;
   } else if (cmd == "publish_name" || cmd == "unpublish_name" || cmd == "lookup_name") {
     std::string reply = cmd == "publish_name" ? "publish_result" : cmd == "unpublish_name" ? "unpublish_result"
                                                                                            : "lookup_result";
@@ -408,9 +412,9 @@ bool PmiConnection::handle_v2(const std::string& message) {
     host_->finalized(rank_);
   } else if (cmd == "abort") {
     const std::string* msg = find(f, "msg");
-    state_ = State::kDead;
+    state_ = State::kAborted;
     host_->abort(rank_, 1, msg ? shown(*msg, 1024) : std::string());
-    return false;
+    return true;
   } else if (cmd == "name-publish" || cmd == "name-unpublish" || cmd == "name-lookup" || cmd == "spawn" ||
              cmd == "job-connect" || cmd == "job-disconnect") {
     reply_v2({{"cmd", response}, {"rc", "-1"}, {"errmsg", "accrun does not serve " + cmd + " over PMI-2"}});

@@ -71,8 +71,9 @@ class PmiConnection {
   PmiConnection(const PmiConnection&) = delete;
   PmiConnection& operator=(const PmiConnection&) = delete;
 
-  // Consumes bytes read from the socket.  Returns false once the connection
-  // is over (finalized, aborted or misused): stop reading, close it.
+  // Consumes bytes read from the socket.  Returns false once the rank
+  // misused the protocol (it was told, the host too): close the socket.
+  // After finalize or abort the socket stays open until the rank closes it.
   bool feed(const char* data, size_t n);
   // The rank closed its end: true if it had finalized.
   bool closed_cleanly() const { return state_ == State::kFinalized; }
@@ -86,7 +87,7 @@ class PmiConnection {
   static constexpr size_t kMessageMax = 64 * 1024;    // a PMI-2 message
 
  private:
-  enum class State { kNew, kReady, kInFence, kFinalized, kDead };
+  enum class State { kNew, kReady, kInFence, kFinalized, kAborted, kDead };
   using Fields = std::vector<std::pair<std::string, std::string>>;
 
   bool handle_v1(const std::string& line);
