@@ -175,8 +175,6 @@ Result<int> PmiService::prepare(int rank, Env& env) {
   env["PMI_RANK"] = std::to_string(rank);
   env["PMI_SIZE"] = std::to_string(job_.size);
   env["PMI_JOBID"] = job_.kvsname;
-  env["PMI_VERSION"] = "2";
-  env["PMI_SUBVERSION"] = "0";
   return sv[1];
 }
 
