@@ -174,6 +174,14 @@ bool PmiConnection::feed(const char* data, size_t n) {
 
 void PmiConnection::reply_v1(const std::string& text) { send_(text + "\n"); }
 
+void PmiConnection::reply_found(const std::string& response, const std::optional<std::string>& value) {
+  if (value) {
+    reply_v2({{"cmd", response}, {"found", "TRUE"}, {"value", *value}, {"rc", "0"}});
+  } else {
+    reply_v2({{"cmd", response}, {"found", "FALSE"}, {"rc", "0"}});
+  }
+}
+
 void PmiConnection::reply_v2(const Fields& f) {
   std::string body;
   for (size_t i = 0; i < f.size(); ++i) {
@@ -359,11 +367,7 @@ bool PmiConnection::handle_v2(const std::string& message) {
     const std::string* key = find(f, "key");
     if (!key) return fail(response, "info-getjobattr needs a key");
     std::optional<std::string> value = job_attr(*key);
-    if (value) {
-      reply_v2({{"cmd", response}, {"found", "TRUE"}, {"value", *value}, {"rc", "0"}});
-    } else {
-      reply_v2({{"cmd", response}, {"found", "FALSE"}, {"rc", "0"}});
-    }
+    reply_found(response, value);
   } else if (cmd == "info-putnodeattr") {
     const std::string* key = find(f, "key");
     const std::string* value = find(f, "value");
@@ -376,13 +380,9 @@ bool PmiConnection::handle_v2(const std::string& message) {
     const std::string* key = find(f, "key");
     if (!key) return fail(response, "info-getnodeattr needs a key");
     std::optional<std::string> value = host_->get_node(*key);
-    if (value) {
-      reply_v2({{"cmd", response}, {"found", "TRUE"}, {"value", *value}, {"rc", "0"}});
-    } else {
-      // A waiting get is answered at once too: node attributes are put
-      // before the fence that readers wait behind, or never.
-      reply_v2({{"cmd", response}, {"found", "FALSE"}, {"rc", "0"}});
-    }
+    // A waiting get is answered at once too: node attributes are put
+    // before the fence that readers wait behind, or never.
+    reply_found(response, value);
   } else if (cmd == "kvs-put") {
     const std::string* key = find(f, "key");
     const std::string* value = find(f, "value");
@@ -398,11 +398,7 @@ bool PmiConnection::handle_v2(const std::string& message) {
       return true;
     }
     std::optional<std::string> value = host_->get(*key);
-    if (value) {
-      reply_v2({{"cmd", response}, {"found", "TRUE"}, {"value", *value}, {"rc", "0"}});
-    } else {
-      reply_v2({{"cmd", response}, {"found", "FALSE"}, {"rc", "0"}});
-    }
+    reply_found(response, value);
   } else if (cmd == "kvs-fence") {
     return start_fence(response);
   } else if (cmd == "finalize") {

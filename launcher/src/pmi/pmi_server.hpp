@@ -95,6 +95,7 @@ class PmiConnection {
   bool handle_init(const Fields& f);
   void reply_v1(const std::string& text);
   void reply_v2(const Fields& f);  // cmd first; thrid_ follows it when set
+  void reply_found(const std::string& response, const std::optional<std::string>& value);  // PMI-2 gets
   bool fail(const std::string& reply_cmd, const std::string& why);
   bool start_fence(const std::string& reply_cmd);
   std::optional<std::string> put(const std::string& key, const std::string& value);
