@@ -52,6 +52,18 @@ TEST(PmiMpich, FourRanksInitAllreduceSharedUniverseFinalize) {
   EXPECT_EQ(count(r.output, "rank [0-3] ok size=4 sum=10 shared=4 local=4 universe=4\n"), 4) << r.output;
 }
 
+// Two agents on this machine under other host names: PMI fences and the
+// process mapping across agents, through the job controller.
+TEST(PmiMpich, TwoAgentsFenceThroughTheController) {
+  NEED_MPICH();
+  Outcome r = accrun("-n 4 -H pmi-a:2,pmi-b:2 --launch-agent '{cmd}' " MPICH_PROGRAM_EXE, 20);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(count(r.output, "rank [0-3] ok size=4 sum=10 shared=2 local=2 universe=4\n"), 4) << r.output;
+  r = accrun("-n 4 -H pmi-a:2,pmi-b:2 --launch-agent '{cmd}' " MPICH_PROGRAM_EXE " abort 3 9", 20);
+  EXPECT_EQ(r.status, 9) << r.output;
+  EXPECT_NE(r.output.find("rank 3 on host pmi-b called abort with status 9"), std::string::npos) << r.output;
+}
+
 TEST(PmiMpich, OnlyPmiServedStillRuns) {
   NEED_MPICH();
   Outcome r = accrun("--mpi pmi -n 2 " MPICH_PROGRAM_EXE);
