@@ -152,7 +152,7 @@ Result<int> PmiService::prepare(int rank, Env& env) {
   s->rank = rank;
   s->fd = sv[0];
   Socket* raw = s.get();
-  s->conn = std::make_unique<PmiConnection>(rank, &job_, &space_, [this, raw](std::string_view bytes) {
+  s->conn = std::make_unique<PmiConnection>(rank, &job_, &space_, [raw](std::string_view bytes) {
     if (raw->fd < 0) return;
     size_t off = 0;
     while (off < bytes.size()) {
