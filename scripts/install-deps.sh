@@ -10,6 +10,7 @@ packages=(
   libpmix-dev libpmix2
   libhwloc-dev hwloc
   libopenmpi-dev openmpi-bin
+  mpich libmpich-dev              # MPICH programs through the PMI server (mpicc.mpich)
   libfabric-dev
   libboost-program-options-dev
   libsodium-dev
@@ -28,23 +29,43 @@ for p in "${packages[@]}"; do
   fi
 done
 
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then
+  sudo_cmd=(sudo)
+fi
+
+# Open MPI stays the default MPI (mpicc, mpirun, mpi.h, mpi.pc) with MPICH
+# installed beside it: Debian 12 ranks Open MPI first on amd64, but an
+# alternative once set by hand, or another architecture's ranking, could
+# point them at MPICH.  MPICH is reached through mpicc.mpich/mpiexec.hydra.
+pin_openmpi() {
+  local multiarch name path
+  multiarch="$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)"
+  for pin in "mpi /usr/bin/mpicc.openmpi" "mpirun /usr/bin/mpirun.openmpi" \
+             "mpi-$multiarch /usr/lib/$multiarch/openmpi/include"; do
+    read -r name path <<<"$pin"
+    [ -e "$path" ] || continue
+    if [ "$(update-alternatives --query "$name" 2>/dev/null | sed -n 's/^Value: //p')" != "$path" ]; then
+      echo "install-deps: pointing the '$name' alternative back at Open MPI ($path)"
+      "${sudo_cmd[@]}" update-alternatives --set "$name" "$path"
+    fi
+  done
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages already installed"
+  pin_openmpi
   exit 0
 fi
 
-sudo_cmd=()
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then
-    sudo_cmd=(sudo)
-  else
-    echo "install-deps: not root and sudo is absent; install as root: ${missing[*]}" >&2
-    exit 1
-  fi
+if [ "$(id -u)" -ne 0 ] && [ ${#sudo_cmd[@]} -eq 0 ]; then
+  echo "install-deps: not root and sudo is absent; install as root: ${missing[*]}" >&2
+  exit 1
 fi
 
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -q
 "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+pin_openmpi
 echo "install-deps: done"

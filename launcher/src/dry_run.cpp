@@ -16,13 +16,20 @@ constexpr const char* kAtLaunch = "(at launch)";
 // The rest of what each rank's environment will hold: what its node agent
 // adds at spawn, with the values only a launch knows marked as such; and
 // MASTER_PORT, which rank 0's agent chooses unless the user set it.
-void add_launch_time_env(Plan& plan) {
+void add_launch_time_env(Plan& plan, MpiMode mpi) {
   std::vector<int> on_host(plan.hosts.size(), 0);
   for (const auto& r : plan.ranks) ++on_host[static_cast<size_t>(r.host)];
   for (auto& r : plan.ranks) {
     const detect::Inventory& inv = plan.hosts[static_cast<size_t>(r.host)].inventory;
     bool over = plan.oversubscribed || (inv.cpus > 0 && on_host[static_cast<size_t>(r.host)] > inv.cpus);
-    add_launch_env(r.env, r.rank, kAtLaunch, kAtLaunch, over);
+    add_launch_env(r.env, r.rank, kAtLaunch, kAtLaunch, over, mpi != MpiMode::kPmi);
+    if (mpi != MpiMode::kPmix) {
+      // The PMI server's (accrun(7), MPI libraries).
+      r.env["PMI_FD"] = kAtLaunch;
+      r.env["PMI_RANK"] = std::to_string(r.rank);
+      r.env["PMI_SIZE"] = std::to_string(plan.ranks.size());
+      r.env["PMI_JOBID"] = std::string("accrun.") + kAtLaunch;
+    }
     if (r.env.count("MASTER_ADDR") != 0) r.env.emplace("MASTER_PORT", kAtLaunch);
   }
 }
@@ -31,7 +38,7 @@ void add_launch_time_env(Plan& plan) {
 
 int dry_run_main(const Options& options, char** envp) {
   auto p = build_plan(options, envp, 0);
-  if (p) add_launch_time_env(*p);
+  if (p) add_launch_time_env(*p, options.mpi);
   if (!p) {
     std::fprintf(stderr, "accrun: %s\n", p.status().message().c_str());
     // Bad input exits 2 (DESIGN.md §9); a failure to look at this host is 1.

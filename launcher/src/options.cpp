@@ -69,6 +69,7 @@ po::options_description make_description() {
     ("launch-agent", s())
     ("fanout", s())
     ("daemon-path", s())
+    ("mpi", s())
     ("version", po::bool_switch())
     ("help,h", po::bool_switch())
     ("daemon", po::bool_switch());
@@ -442,6 +443,11 @@ Result<Options> convert(const po::variables_map& vm, std::vector<std::string> co
     if (v->empty()) return bad("daemon-path", "needs the path of accrun on the other hosts");
     o.daemon_path = *v;
   }
+  if (const auto* v = str("mpi")) {
+    auto r = parse_choice<MpiMode>("mpi", *v, {{"pmix", MpiMode::kPmix}, {"pmi", MpiMode::kPmi}, {"auto", MpiMode::kAuto}});
+    if (!r) return r.status();
+    o.mpi = *r;
+  }
   if (const auto* v = str("on-failure")) {
     auto r = parse_choice<OnFailure>("on-failure", *v,
                                      {{"kill", OnFailure::kKill}, {"continue", OnFailure::kContinue}});
@@ -547,6 +553,11 @@ Failure:
   --kill-grace S             seconds between SIGTERM and SIGKILL (default 5;
                              at most 86400, one day)
   --on-failure kill|continue what a rank's failure does to the others (default kill)
+
+MPI:
+  --mpi pmix|pmi|auto        what the ranks' MPI library starts through: PMIx
+                             (Open MPI), the PMI-1/PMI-2 wire protocols
+                             (MPICH, Intel MPI, MVAPICH) or both (default auto)
 
 Several hosts (accrun --daemon is started on each, as a tree):
   --launch-agent CMD         how to reach a host: CMD HOST 'accrun --daemon'

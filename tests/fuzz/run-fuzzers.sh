@@ -30,11 +30,11 @@ if [ ! -f "$build/build.ninja" ]; then
     "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined" >"$build.configure.log" 2>&1 ||
     { cat "$build.configure.log"; echo "FAIL: configuring the clang build"; exit 1; }
 fi
-cmake --build "$build" -j "$jobs" --target fuzz_hostfile fuzz_options fuzz_json fuzz_frame ||
+cmake --build "$build" -j "$jobs" --target fuzz_hostfile fuzz_options fuzz_json fuzz_frame fuzz_pmi ||
   { echo "FAIL: building the fuzzers with clang"; exit 1; }
 
 status=0
-for t in hostfile options json frame; do
+for t in hostfile options json frame pmi; do
   work="$build/corpus/$t"
   findings="$build/findings/$t"
   rm -rf "$work" "$findings"

@@ -144,6 +144,14 @@ TEST(Options, BadValuesNameTheOption) {
   EXPECT_NE(err({"--pod-level", "rack", "--pod-blocks", "2", "p"}).find("pod|zone|region"), std::string::npos);
   EXPECT_NE(err({"--on-failure", "ignore", "p"}).find("kill|continue"), std::string::npos);
   EXPECT_NE(err({"--visible-devices", "all", "p"}).find("own|node"), std::string::npos);
+  EXPECT_EQ(err({"--mpi", "mpich", "p"}), "option '--mpi': 'mpich' is not one of pmix|pmi|auto");
+}
+
+TEST(Options, MpiServers) {
+  EXPECT_EQ(ok({"p"}).mpi, MpiMode::kAuto);
+  EXPECT_EQ(ok({"--mpi", "pmix", "p"}).mpi, MpiMode::kPmix);
+  EXPECT_EQ(ok({"--mpi", "pmi", "p"}).mpi, MpiMode::kPmi);
+  EXPECT_EQ(ok({"--mpi", "auto", "p"}).mpi, MpiMode::kAuto);
 }
 
 TEST(Options, BadCombinations) {
@@ -161,7 +169,7 @@ TEST(Options, UsageMentionsEveryOption) {
         "--accelerator-type", "--pod-blocks", "--pod-level", "--bind-to", "--report-bindings",
         "--visible-devices", "--num-gpus", "--resources", "--host-accelerator-type", "--oversubscribe", "-x",
         "--wdir", "--tag-output", "--output-dir", "--stdin", "--timeout", "--kill-grace", "--on-failure",
-        "--dry-run", "--detect", "--json", "--topology", "--version", "--help"}) {
+        "--mpi", "--dry-run", "--detect", "--json", "--topology", "--version", "--help"}) {
     EXPECT_NE(u.find(name), std::string::npos) << name;
   }
 }

@@ -16,6 +16,9 @@ enum class Visibility { kOwn, kNode };
 enum class PodLevel { kPod, kZone, kRegion };
 enum class OnFailure { kKill, kContinue };
 enum class StdinMode { kNone, kAll, kRank };
+// What the ranks' MPI starts through: PMIx, the PMI-1/PMI-2 wire protocols
+// (PMI_FD), or both (accrun(7), "MPI LIBRARIES").
+enum class MpiMode { kAuto, kPmix, kPmi };
 
 struct Options {
   // Modes.
@@ -64,6 +67,9 @@ struct Options {
   std::string launch_agent = "ssh -o BatchMode=yes";  // --launch-agent
   int fanout = 32;                     // --fanout
   std::optional<std::string> daemon_path;  // --daemon-path
+
+  // MPI.
+  MpiMode mpi = MpiMode::kAuto;        // --mpi
 
   // The program and its arguments.
   std::vector<std::string> command;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -38,6 +39,7 @@
 #include "agent/pmix_server.hpp"
 #include "agent/spawn.hpp"
 #include "agent/stdin_forwarder.hpp"
+#include "pmi/pmi_host.hpp"
 
 namespace accrun::launcher {
 
@@ -136,7 +138,8 @@ struct OutStream {
 };
 
 // Tags in epoll's data: what became ready.
-constexpr uint64_t kTagSignal = 1, kTagQueue = 2, kTagStdin = 3, kTagUpstream = 4, kTagStream = 1ULL << 32, kTagTarget = 1ULL << 33;
+constexpr uint64_t kTagSignal = 1, kTagQueue = 2, kTagStdin = 3, kTagUpstream = 4, kTagStream = 1ULL << 32, kTagTarget = 1ULL << 33,
+                   kTagPmi = 1ULL << 34;
 
 class Daemon final : public ClientEvents, public DaemonControl {
  public:
@@ -152,6 +155,7 @@ class Daemon final : public ClientEvents, public DaemonControl {
  private:
   void upstream_lost();
   int setup_and_spawn();
+  void start_pmi();
   int loop();
   void finish();
 
@@ -226,6 +230,7 @@ class Daemon final : public ClientEvents, public DaemonControl {
   int old_subreaper_ = 0;
   std::unique_ptr<UpcallQueue> queue_;
   std::unique_ptr<PmixServer> pmix_;
+  std::unique_ptr<pmi::PmiService> pmi_;  // --mpi pmi|auto: the PMI-1/PMI-2 sockets
 
   std::vector<int> local_ranks_;        // global ranks on this host
   std::map<int, RankState> ranks_;      // by global rank
@@ -266,12 +271,16 @@ RankState* Daemon::state_of(int rank) {
 }
 
 bool Daemon::all_here(const std::string& signature) const {
-  if (signature == "*") return plan_.hosts.size() == 1;
-  for (size_t pos = 0; pos < signature.size();) {
-    size_t comma = signature.find(',', pos);
-    if (comma == std::string::npos) comma = signature.size();
-    long r = std::strtol(signature.c_str() + pos, nullptr, 10);
-    if (r < 0 || static_cast<size_t>(r) >= plan_.ranks.size() || plan_.ranks[static_cast<size_t>(r)].host != cfg_.host)
+  // "*" or ranks, after a kind such as "pmi:" (the PMI server's fences).
+  std::string_view ranks = signature;
+  if (size_t colon = ranks.find(':'); colon != std::string_view::npos) ranks.remove_prefix(colon + 1);
+  if (ranks == "*") return plan_.hosts.size() == 1;
+  if (ranks.empty()) return false;
+  for (size_t pos = 0; pos < ranks.size();) {
+    size_t comma = std::min(ranks.find(',', pos), ranks.size());
+    size_t r = 0;
+    auto [end, ec] = std::from_chars(ranks.data() + pos, ranks.data() + comma, r);
+    if (ec != std::errc() || end != ranks.data() + comma || r >= plan_.ranks.size() || plan_.ranks[r].host != cfg_.host)
       return false;
     pos = comma + 1;
   }
@@ -731,6 +740,7 @@ int Daemon::setup_and_spawn() {
   }
 
   trace(t0_, "namespace registered");
+  if (cfg_.mpi != MpiMode::kPmix) start_pmi();
   up_->tick();  // a slow start is not a dead host
   // Count the host's processing units for OMPI_MCA_mpi_oversubscribe.
   bool oversubscribed = plan_.oversubscribed;
@@ -820,14 +830,26 @@ int Daemon::setup_and_spawn() {
 
     // Environment: the PMIx client's variables and what Open MPI needs.
     Env& e = envs[r];
-    auto client = pmix_->client_env(r);
-    if (!client) {
-      say(cfg_.err_fd, client.status().message());
-      for (int fd : close_after_fork) close(fd);
-      return 1;
+    if (cfg_.mpi != MpiMode::kPmi) {
+      auto client = pmix_->client_env(r);
+      if (!client) {
+        say(cfg_.err_fd, client.status().message());
+        for (int fd : close_after_fork) close(fd);
+        return 1;
+      }
+      for (const auto& [k, v] : *client) e[k] = v;
     }
-    for (const auto& [k, v] : *client) e[k] = v;
-    add_launch_env(e, r, jobid_, shm_dir_, oversubscribed);
+    if (pmi_) {
+      auto fd = pmi_->prepare(r, e);
+      if (!fd) {
+        say(cfg_.err_fd, fd.status().message());
+        for (int f : close_after_fork) close(f);
+        return 1;
+      }
+      c.pmi_fd = *fd;
+      close_after_fork.push_back(*fd);
+    }
+    add_launch_env(e, r, jobid_, shm_dir_, oversubscribed, cfg_.mpi != MpiMode::kPmi);
     for (const auto& [k, v] : e) c.env_storage.push_back(k + "=" + v);
     for (auto& s : c.env_storage) c.envp.push_back(s.data());
     c.envp.push_back(nullptr);
@@ -914,6 +936,8 @@ int Daemon::setup_and_spawn() {
   add(up_->fd(), EPOLLIN, kTagUpstream);
   for (size_t i = 0; i < streams_.size(); ++i) add(streams_[i]->fd, EPOLLIN, kTagStream | i);
   if (stdin_) stdin_->start();
+  if (pmi_)
+    for (auto [index, fd] : pmi_->fds()) add(fd, EPOLLIN, kTagPmi | index);
 
   trace(t0_, "ranks started");
   if (exec_failed || started != local_ranks_.size()) {
@@ -976,6 +1000,8 @@ int Daemon::loop() {
         if (!upstream_gone_ && !up_->on_readable(*this)) upstream_lost();
       } else if (tag == kTagStdin) {
         stdin_->on_source();
+      } else if (tag & kTagPmi) {
+        pmi_->on_readable(tag & 0xffffffffu);
       } else if (tag & kTagTarget) {
         stdin_->on_target(tag & 0xffffffffu, events[i].events);
       } else if (tag & kTagStream) {
@@ -1006,6 +1032,27 @@ int Daemon::loop() {
   return exit_code_.value_or(0);
 }
 
+// The PMI-1/PMI-2 server (launcher/src/pmi/): its fences take the PMIx
+// server's route, its events the same paths as PMIx clients'.
+void Daemon::start_pmi() {
+  pmi::PmiJobInfo info;
+  info.kvsname = "accrun." + jobid_;
+  info.size = static_cast<int>(plan_.ranks.size());
+  info.universe_size = info.size;
+  std::vector<int> node_of_rank;
+  for (const auto& r : plan_.ranks) node_of_rank.push_back(r.host);
+  info.process_mapping = pmi::process_mapping(node_of_rank);
+  pmi::PmiEvents ev;
+  ev.fence_router = pmix_->fence_router();
+  ev.connected = [this](int rank) { on_connected(rank); };
+  ev.finalized = [this](int rank) { on_finalized(rank); };
+  ev.aborted = [this](int rank, int status, const std::string& message) { on_abort(rank, status, message); };
+  ev.misused = [this](int rank, const std::string& how) {
+    if (RankState* r = state_of(rank)) record_failure(*r, 1, "pmi", how);
+  };
+  pmi_ = std::make_unique<pmi::PmiService>(std::move(info), static_cast<int>(local_ranks_.size()), std::move(ev));
+}
+
 void Daemon::finish() {
   trace(t0_, "ranks done");
   // A beat before the slow part (the PMIx server's finalize on a loaded host).
@@ -1029,6 +1076,7 @@ void Daemon::finish() {
     s.running = false;
   }
   kill_adopted(not_ours(), std::chrono::seconds(1));
+  pmi_.reset();
   pmix_.reset();
   trace(t0_, "PMIx server finalised");
   queue_.reset();

@@ -114,6 +114,7 @@ struct RunConfig {
   double timeout_s = 0;                 // --timeout (0: none)
   double kill_grace_s = 5;              // --kill-grace
   OnFailure on_failure = OnFailure::kKill;  // --on-failure
+  MpiMode mpi = MpiMode::kAuto;         // --mpi: which of the PMIx and PMI servers ranks are pointed at
   bool report_bindings = false;         // --report-bindings
   bool bind = true;                     // false when the topology is not this host's (XML)
   std::vector<std::pair<std::string, std::optional<std::string>>> exports;  // -x

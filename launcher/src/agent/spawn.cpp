@@ -43,9 +43,12 @@ Env filter_inherited(const Env& inherited) {
   return out;
 }
 
-void add_launch_env(Env& env, int rank, const std::string& jobid, const std::string& shm_dir, bool oversubscribed) {
-  env["PMIX_NAMESPACE"] = "accrun." + jobid;
-  env["PMIX_RANK"] = std::to_string(rank);
+void add_launch_env(Env& env, int rank, const std::string& jobid, const std::string& shm_dir, bool oversubscribed,
+                    bool pmix) {
+  if (pmix) {
+    env["PMIX_NAMESPACE"] = "accrun." + jobid;
+    env["PMIX_RANK"] = std::to_string(rank);
+  }
   env["OMPI_MCA_schizo"] = "^orte";
   env["OMPI_MCA_btl_vader_backing_directory"] = shm_dir + "/ompi";
   if (oversubscribed) env["OMPI_MCA_mpi_oversubscribe"] = "1";
@@ -184,6 +187,7 @@ __attribute__((noinline)) pid_t spawn_child(const char* path, char* const* argv,
   dup2(c.in_fd, 0);
   dup2(c.out_fd, 1);
   dup2(c.err_fd, 2);
+  if (c.pmi_fd >= 0) fcntl(c.pmi_fd, F_SETFD, 0);  // this child's table only: it keeps its own socket
   if (c.bind) sched_setaffinity(0, sizeof c.cpus, &c.cpus);
   if (wdir != nullptr && chdir(wdir) != 0) {
     report->err = errno;

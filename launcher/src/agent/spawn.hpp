@@ -25,7 +25,9 @@ Env filter_inherited(const Env& inherited);
 // shared-memory directory, the PMIx namespace and rank, and what Open MPI
 // needs to wire up through the agent.  The dry run shows the same, with
 // "(at launch)" for the values only a launch knows.
-void add_launch_env(Env& env, int rank, const std::string& jobid, const std::string& shm_dir, bool oversubscribed);
+// `pmix`: the rank is a PMIx client (not under --mpi pmi).
+void add_launch_env(Env& env, int rank, const std::string& jobid, const std::string& shm_dir, bool oversubscribed,
+                    bool pmix = true);
 
 // Parses an hwloc list string ("0-3,8") into a CPU set; false if malformed.
 bool parse_cpus(const std::string& list, cpu_set_t* set);
@@ -56,6 +58,7 @@ struct ChildSpec {
   int in_fd = -1;
   int out_fd = -1;
   int err_fd = -1;
+  int pmi_fd = -1;  // the rank's PMI socket (close-on-exec until the child clears it)
   bool bind = false;
   cpu_set_t cpus;
 };

@@ -361,6 +361,7 @@ int Controller::launch() {
   // (they get it at the same moment), and says which were still running.
   cfg.timeout_s = options_.timeout_s;
   cfg.on_failure = options_.on_failure;
+  cfg.mpi = options_.mpi;
   cfg.report_bindings = options_.report_bindings;
   // -x VAR takes its value from accrun's environment here, not the agents'.
   for (auto [name, value] : options_.exports) {
@@ -399,7 +400,9 @@ int Controller::launch() {
 
 std::set<int> Controller::participants(const std::string& signature) const {
   std::set<int> out;
-  if (signature == "*") {
+  // PMI fences ("pmi:*", launcher/src/pmi/) span the job as PMIx's "*" does;
+  // their own signature keeps the two protocols' rounds apart.
+  if (signature == "*" || signature == "pmi:*") {
     for (size_t a = 0; a < host_of_agent_.size(); ++a)
       if (host_of_agent_[a] >= 0) out.insert(static_cast<int>(a));
     return out;

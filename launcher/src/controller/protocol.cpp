@@ -40,6 +40,7 @@ std::string encode_launch(int host, const Plan& plan, const RunConfig& config) {
     w.boolean(value.has_value());
     w.str(value.value_or(""));
   }
+  w.u8(static_cast<uint8_t>(config.mpi));
   return w.take();
 }
 
@@ -118,6 +119,9 @@ Result<Launch> decode_launch(std::string_view payload) {
     ACCRUN_READ(value, r.str("launch: export value"));
     c.exports.emplace_back(name, has ? std::optional<std::string>(value) : std::nullopt);
   }
+  ACCRUN_READ(mode, r.u8("launch: mpi"));
+  if (mode > static_cast<uint8_t>(MpiMode::kPmi)) return invalid_argument("launch: bad mpi mode");
+  c.mpi = static_cast<MpiMode>(mode);
 #undef ACCRUN_READ
   if (Status s = r.expect_end("launch"); !s) return s;
   c.host = l.host;
