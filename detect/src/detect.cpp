@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
 
 #include "internal.hpp"
 
@@ -60,7 +61,7 @@ std::vector<Accelerator> xml_gpus(const internal::Topology& topo) {
     a.cpus = loc.cpus;
     a.uuid = loc.uuid;
     a.type = type_from_pci(loc.vendor, loc.device);
-    if (a.type.empty() && !loc.model.empty()) a.type = canonical_type(loc.model);
+    if (a.type.empty() && !loc.model.empty()) a.type = type_from_model(loc.model);
     if (a.type.empty()) {
       char buf[24];
       std::snprintf(buf, sizeof buf, "%s-%04X", internal::upper(vendor).c_str(), loc.device);
@@ -80,11 +81,23 @@ std::vector<Accelerator> xml_gpus(const internal::Topology& topo) {
   return out;
 }
 
+// Sets the count of `resource` on the host to `want` (`option` names the
+// override for messages).  Under an inherited visible-devices mask
+// (`masks`), the devices it leaves are the only ones there are: a count
+// beyond them is refused (as Ray's `ray start --num-gpus` refuses), since
+// the ids a rank gets must be devices the mask shows.
 Status apply_count(std::vector<Accelerator>& accs, const std::string& resource, std::int64_t want,
-                   const std::string& vendor_hint, const std::optional<std::string>& type_hint) {
+                   const std::string& vendor_hint, const std::optional<std::string>& type_hint,
+                   const std::map<std::string, std::string>& masks, const std::string& option) {
   std::vector<Accelerator> mine, rest;
   for (auto& a : accs) (a.resource == resource ? mine : rest).push_back(std::move(a));
   std::sort(mine.begin(), mine.end(), [](const Accelerator& a, const Accelerator& b) { return a.id < b.id; });
+  if (auto m = masks.find(resource); m != masks.end() && want > static_cast<std::int64_t>(mine.size())) {
+    return invalid_argument(option + ": " + m->second + " leaves " + std::to_string(mine.size()) + " " + resource +
+                            (mine.size() == 1 ? "" : "s") + " visible on this host; give at most " +
+                            std::to_string(mine.size()) + ", or change the mask (ids handed to ranks must be "
+                            "devices it shows)");
+  }
   if (static_cast<std::int64_t>(mine.size()) > want) mine.resize(static_cast<size_t>(want));
   std::string vendor = !mine.empty() ? mine.front().vendor : vendor_hint;
   std::string type = !mine.empty() ? mine.front().type : type_hint.value_or("");
@@ -128,6 +141,9 @@ Result<Inventory> detect_host(const DetectConfig& config) {
     if (found->accelerators.empty()) continue;
     auto kept = base->restrict_visible(std::move(found->accelerators), config.environment);
     if (!kept) return kept.status();
+    if (std::string mask = base->mask_in(config.environment); !mask.empty()) {
+      inv.masks[std::string(p->resource())] = std::move(mask);
+    }
     claimed.emplace_back(p->resource());
     if (found->pod && !inv.labels.pod) inv.labels.pod = found->pod;
     for (auto& a : *kept) inv.accelerators.push_back(std::move(a));
@@ -159,8 +175,10 @@ Result<Inventory> detect_host(const DetectConfig& config) {
     auto gpus = xml_gpus(*topo);
     if (!gpus.empty()) {
       const Provider* p = provider_for_vendor(gpus.front().vendor);
-      auto kept = static_cast<const ProviderBase*>(p)->restrict_visible(std::move(gpus), config.environment);
+      const auto* base = static_cast<const ProviderBase*>(p);
+      auto kept = base->restrict_visible(std::move(gpus), config.environment);
       if (!kept) return kept.status();
+      if (std::string mask = base->mask_in(config.environment); !mask.empty()) inv.masks["GPU"] = std::move(mask);
       for (auto& a : *kept) inv.accelerators.push_back(std::move(a));
     }
   }
@@ -191,7 +209,9 @@ Result<Inventory> detect_host(const DetectConfig& config) {
         return invalid_argument("--num-gpus and --resources GPU=" + q.str() + " both set the GPU count; give one");
       }
     }
-    ACCRUN_RETURN_IF_ERROR(apply_count(inv.accelerators, "GPU", *config.num_gpus, vendor_hint_for("GPU"), type_hint_for("GPU")));
+    ACCRUN_RETURN_IF_ERROR(apply_count(inv.accelerators, "GPU", *config.num_gpus, vendor_hint_for("GPU"),
+                                       type_hint_for("GPU"), inv.masks,
+                                       "--num-gpus " + std::to_string(*config.num_gpus)));
   }
   for (const auto& [name, q] : config.resources) {
     auto r = canonical_resource(name);
@@ -199,7 +219,8 @@ Result<Inventory> detect_host(const DetectConfig& config) {
     if (!q.is_whole()) {
       return invalid_argument("--resources " + *r + "=" + q.str() + ": a host has whole devices; give a whole count");
     }
-    ACCRUN_RETURN_IF_ERROR(apply_count(inv.accelerators, *r, q.whole_part(), vendor_hint_for(*r), type_hint_for(*r)));
+    ACCRUN_RETURN_IF_ERROR(apply_count(inv.accelerators, *r, q.whole_part(), vendor_hint_for(*r), type_hint_for(*r),
+                                       inv.masks, "--resources " + *r + "=" + q.str()));
   }
   if (host_type) {
     for (auto& a : inv.accelerators) {

@@ -251,16 +251,48 @@ TEST(DetectOverrides, NumGpusOnAHostWithout) {
 }
 
 TEST(DetectOverrides, MoreAndFewerThanPhysical) {
-  DetectConfig c = fixture("nvidia-8xh100", {{"CUDA_VISIBLE_DEVICES", "1,3"}});
-  c.num_gpus = 4;
+  // Without a mask, devices beyond the physical ones are logical.
+  DetectConfig c = fixture("nvidia-8xh100");
+  c.num_gpus = 10;
   Inventory inv = detect_ok(c);
-  EXPECT_EQ(ids_of(inv), (std::vector<int>{1, 3, 4, 5}));
-  EXPECT_FALSE(inv.accelerators[1].logical);
-  EXPECT_TRUE(inv.accelerators[2].logical);
-  EXPECT_EQ(inv.accelerators[2].type, "H100") << "logical devices take the host's type";
+  EXPECT_EQ(ids_of(inv), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_FALSE(inv.accelerators[7].logical);
+  EXPECT_TRUE(inv.accelerators[8].logical);
+  EXPECT_EQ(inv.accelerators[8].type, inv.accelerators[0].type) << "logical devices take the host's type";
   c = fixture("nvidia-8xh100");
   c.num_gpus = 3;
   EXPECT_EQ(ids_of(detect_ok(c)), (std::vector<int>{0, 1, 2}));
+  // Under an inherited mask its devices are all there is: fewer is fine,
+  // more would invent ids (4, 5 are hidden by the mask) and is refused.
+  c = fixture("nvidia-8xh100", {{"CUDA_VISIBLE_DEVICES", "1,3"}});
+  c.num_gpus = 1;
+  EXPECT_EQ(ids_of(detect_ok(c)), (std::vector<int>{1}));
+  c.num_gpus = 4;
+  auto r = detect_host(c);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("--num-gpus 4: CUDA_VISIBLE_DEVICES=1,3 leaves 2 GPUs visible"),
+            std::string::npos)
+      << r.status().message();
+  c = fixture("neuron-trn1", {{"NEURON_RT_VISIBLE_CORES", "0-1"}});
+  c.resources = {{"neuron_cores", Quantity::whole(3)}};
+  r = detect_host(c);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("--resources neuron_cores=3: NEURON_RT_VISIBLE_CORES=0-1 leaves 2"),
+            std::string::npos)
+      << r.status().message();
+}
+
+TEST(DetectVisible, NegativeIdHidesTheRest) {
+  Inventory inv = detect_ok(fixture("nvidia-8xh100", {{"CUDA_VISIBLE_DEVICES", "-1"}}));
+  EXPECT_TRUE(inv.accelerators.empty());
+  EXPECT_EQ(inv.masks["GPU"], "CUDA_VISIBLE_DEVICES=-1");
+  EXPECT_EQ(ids_of(detect_ok(fixture("nvidia-8xh100", {{"CUDA_VISIBLE_DEVICES", "4,-1,1"}}))),
+            (std::vector<int>{4}));
+  EXPECT_TRUE(detect_ok(fixture("nvidia-8xh100", {{"CUDA_VISIBLE_DEVICES", "NoDevFiles"}})).accelerators.empty());
+  EXPECT_TRUE(detect_ok(fixture("gaudi2", {{"HABANA_VISIBLE_MODULES", "-1"}})).accelerators.empty());
+  EXPECT_TRUE(detect_ok(fixture("nvidia-8xh100")).masks.empty());
+  EXPECT_FALSE(detect_host(fixture("nvidia-8xh100", {{"CUDA_VISIBLE_DEVICES", "-x"}})));
 }
 
 TEST(DetectOverrides, ResourcesAndHostType) {
@@ -446,7 +478,7 @@ TEST(DetectNvml, WithoutFabricNoPod) {
   DetectConfig c = fixture("nvidia-8xh100");
   c.nvml_library = ACCRUN_FAKE_NVML;
   Inventory inv = detect_ok(c);
-  EXPECT_EQ(inv.accelerators[0].type, "A100");
+  EXPECT_EQ(inv.accelerators[0].type, "A100-40G") << "NVML's name carries the memory size";
   EXPECT_FALSE(inv.labels.pod);
 }
 
