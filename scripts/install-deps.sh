@@ -12,6 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libfabric-dev
   libboost-program-options-dev
+  nlohmann-json3-dev              # the JSON accrun reads and writes
   libsodium-dev
   libgtest-dev libgmock-dev googletest
   python3 python3-mpi4py

@@ -116,6 +116,63 @@ Status apply_count(std::vector<Accelerator>& accs, const std::string& resource, 
   return Status::ok();
 }
 
+bool has_tpu_chips(const Inventory& inv) {
+  return std::any_of(inv.accelerators.begin(), inv.accelerators.end(),
+                     [](const Accelerator& a) { return a.resource == "TPU"; });
+}
+
+// Labels from a TPU VM's environment: the slice is the pod and the worker id
+// the host's place in it (JAX's process index follows it).  The slice is
+// named by TPU_NAME, else by its worker 0 (the first of
+// TPU_WORKER_HOSTNAMES, the same list on every host of the slice); in a
+// multislice job (MEGASCALE_SLICE_ID) each slice is a pod of its own.
+Status apply_tpu_labels(const Env& env, Inventory& inv) {
+  auto get = [&](const char* name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    std::string v = internal::trim(it->second);
+    if (v.empty()) return std::nullopt;
+    return v;
+  };
+  std::vector<std::string> workers;
+  if (auto list = get("TPU_WORKER_HOSTNAMES")) {
+    for (const std::string& w : internal::split(*list, ',')) {
+      std::string name = internal::trim(w);
+      if (name.empty()) return invalid_argument("TPU_WORKER_HOSTNAMES=" + *list + ": empty entry");
+      workers.push_back(std::move(name));
+    }
+  }
+  std::optional<std::string> pod = get("TPU_NAME");
+  if (!pod && !workers.empty()) pod = "tpu-slice-" + workers.front();
+  if (pod) {
+    if (auto slice = get("MEGASCALE_SLICE_ID")) {
+      if (!internal::parse_int(*slice)) {
+        return invalid_argument("MEGASCALE_SLICE_ID=" + *slice + ": expected a slice number (0, 1, ...)");
+      }
+      *pod += "-slice-" + *slice;
+    }
+    inv.labels.pod = *pod;
+  }
+  if (auto id = get("TPU_WORKER_ID")) {
+    auto w = internal::parse_int(*id);
+    if (!w) return invalid_argument("TPU_WORKER_ID=" + *id + ": expected a worker number (0, 1, ...)");
+    if (!workers.empty() && *w >= static_cast<int>(workers.size())) {
+      return invalid_argument("TPU_WORKER_ID=" + *id + ": TPU_WORKER_HOSTNAMES lists " +
+                              std::to_string(workers.size()) + " workers (ids 0-" +
+                              std::to_string(workers.size() - 1) + ")");
+    }
+    inv.pod_order = *w;
+  } else if (!workers.empty()) {
+    // No id: this host's place in the list, by its name.
+    for (size_t i = 0; i < workers.size(); ++i) {
+      if (workers[i] == inv.host || workers[i].substr(0, workers[i].find('.')) == inv.host) {
+        inv.pod_order = static_cast<int>(i);
+      }
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<Inventory> detect_host(const DetectConfig& config) {
@@ -236,20 +293,7 @@ Result<Inventory> detect_host(const DetectConfig& config) {
     return rank(a.resource) != rank(b.resource) ? rank(a.resource) < rank(b.resource) : a.id < b.id;
   });
 
-  // Labels from the TPU environment: the slice is the pod, the worker id the
-  // host's place in it (JAX's process index follows it).
-  const bool has_tpu = std::any_of(inv.accelerators.begin(), inv.accelerators.end(),
-                                   [](const Accelerator& a) { return a.resource == "TPU"; });
-  if (has_tpu) {
-    if (auto it = config.environment.find("TPU_NAME"); it != config.environment.end() && !internal::trim(it->second).empty()) {
-      inv.labels.pod = internal::trim(it->second);
-    }
-    if (auto it = config.environment.find("TPU_WORKER_ID"); it != config.environment.end()) {
-      auto w = internal::parse_int(internal::trim(it->second));
-      if (!w) return invalid_argument("TPU_WORKER_ID=" + it->second + ": expected a worker number (0, 1, ...)");
-      inv.pod_order = *w;
-    }
-  }
+  if (has_tpu_chips(inv)) ACCRUN_RETURN_IF_ERROR(apply_tpu_labels(config.environment, inv));
   return inv;
 }
 

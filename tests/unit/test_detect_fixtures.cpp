@@ -95,7 +95,7 @@ TEST_P(VendorFixture, ReportsExactlyItsAccelerators) {
 
 INSTANTIATE_TEST_SUITE_P(
     Vendors, VendorFixture,
-    ::testing::Values(VendorCase{"nvidia-8xh100", "GPU", "nvidia", "H100", 8, "0000:18:00.0"},
+    ::testing::Values(VendorCase{"nvidia-8xh100", "GPU", "nvidia", "H100-SXM", 8, "0000:18:00.0"},
                       // ROCr order is KFD node order: node 2 is the GPU on bus 0x22.
                       VendorCase{"amd-8xmi300x", "GPU", "amd", "MI300X", 8, "0000:22:00.0"},
                       VendorCase{"intel-4xmax1550", "GPU", "intel", "MAX-1550", 4, "0000:29:00.0"},
@@ -368,7 +368,7 @@ TEST(DetectXml, TopologyFileAloneYieldsItsGpus) {
   for (int i = 0; i < 4; ++i) {
     const auto& a = inv.accelerators[static_cast<size_t>(i)];
     EXPECT_EQ(a.id, i);
-    EXPECT_EQ(a.type, "H100");
+    EXPECT_EQ(a.type, "H100-SXM");
     EXPECT_EQ(*a.pci, pci[i]);
     EXPECT_EQ(*a.numa, i < 2 ? 0 : 1);
     EXPECT_EQ(*a.cpus, i < 2 ? "0-3" : "4-7");
@@ -462,7 +462,7 @@ TEST(DetectNvml, NamesUuidsAndTheNvlinkClique) {
   ASSERT_EQ(inv.accelerators.size(), 8u);
   EXPECT_EQ(inv.accelerators[0].type, "H200") << "NVML's name wins over /proc";
   EXPECT_EQ(*inv.accelerators[1].uuid, "GPU-aaaa-1");
-  EXPECT_EQ(inv.accelerators[2].type, "H100") << "not reported by NVML: /proc's name";
+  EXPECT_EQ(inv.accelerators[2].type, "H100-SXM") << "not reported by NVML: /proc's name (NVIDIA H100 80GB HBM3)";
   EXPECT_EQ(inv.labels.pod, "01234567-89ab-cdef-0123-456789abcdef.7");
   EXPECT_EQ(nvml.inits(), 1);
   EXPECT_EQ(nvml.shutdowns(), 1) << "NVML is shut down after use";
