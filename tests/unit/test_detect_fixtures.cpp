@@ -353,6 +353,36 @@ TEST(DetectLabels, TpuEnvironmentNamesThePod) {
   EXPECT_FALSE(none.labels.pod);
 }
 
+// A TPU VM without TPU_NAME (GKE, queued resources): the slice is named by
+// its worker list, the same on every host of it, and the host's place in it.
+TEST(DetectLabels, TpuSliceFromTheWorkerList) {
+  const std::string kWorkers = "t1v-n-0.internal,t1v-n-1.internal,t1v-n-2.internal,t1v-n-3.internal";
+  Inventory inv = detect_ok(fixture("tpu-v4", {{"TPU_WORKER_HOSTNAMES", kWorkers}, {"TPU_WORKER_ID", "2"}}));
+  EXPECT_EQ(inv.labels.pod, "tpu-slice-t1v-n-0.internal");
+  EXPECT_EQ(inv.pod_order, 2);
+  // Without an id, the host's own name in the list.
+  DetectConfig c = fixture("tpu-v4", {{"TPU_WORKER_HOSTNAMES", kWorkers}});
+  c.hostname = "t1v-n-3";
+  inv = detect_ok(c);
+  EXPECT_EQ(inv.labels.pod, "tpu-slice-t1v-n-0.internal");
+  EXPECT_EQ(inv.pod_order, 3);
+  // Multislice: each slice is a pod of its own.
+  inv = detect_ok(fixture("tpu-v4", {{"TPU_NAME", "job"}, {"MEGASCALE_SLICE_ID", "1"},
+                                     {"MEGASCALE_NUM_SLICES", "2"}, {"TPU_WORKER_ID", "0"}}));
+  EXPECT_EQ(inv.labels.pod, "job-slice-1");
+  // What accrun --detect shows.
+  EXPECT_NE(format_table({inv}).find("pod=job-slice-1 worker=0"), std::string::npos) << format_table({inv});
+  // Bad values are errors naming the variable.
+  auto r = detect_host(fixture("tpu-v4", {{"TPU_WORKER_HOSTNAMES", kWorkers}, {"TPU_WORKER_ID", "4"}}));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("TPU_WORKER_ID=4: TPU_WORKER_HOSTNAMES lists 4 workers"), std::string::npos)
+      << r.status().message();
+  r = detect_host(fixture("tpu-v4", {{"TPU_NAME", "job"}, {"MEGASCALE_SLICE_ID", "x"}}));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("MEGASCALE_SLICE_ID=x"), std::string::npos);
+  EXPECT_FALSE(detect_host(fixture("tpu-v4", {{"TPU_WORKER_HOSTNAMES", "a,,b"}})));
+}
+
 TEST(DetectXml, TopologyFileAloneYieldsItsGpus) {
   DetectConfig c = fixture("decoys");
   c.topology_xml = kXml + "nvidia-4xh100.xml";

@@ -148,6 +148,19 @@ TEST_F(BuildPlan, MaskHidingEveryGpuMeansNoGpus) {
   EXPECT_NE(p.status().message().find("' 1 GPU"), std::string::npos) << p.status().message();
 }
 
+// The TPU VM's own environment labels this host: --pod-blocks needs no
+// pod= in the hostfile.
+TEST_F(BuildPlan, PodBlocksUseDetectedTpuSlice) {
+  use_environment("tpu-v4", {"TPU_WORKER_HOSTNAMES=w0,w1", "TPU_WORKER_ID=1"});
+  const std::string hosts = write("hosts", "localhost slots=4\nother slots=4 TPU=4\n");
+  auto p = run({"--dry-run", "-n", "4", "--resources-per-rank", "TPU=1", "--pod-blocks", "4", "--hostfile", hosts,
+                "true"});
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  ASSERT_EQ(p->ranks.size(), 4u);
+  EXPECT_EQ(p->ranks[0].env.at("ACCRUN_POD"), "tpu-slice-w0");
+  EXPECT_EQ(p->ranks[3].env.at("ACCRUN_HOST"), "localhost");
+}
+
 // --num-gpus beyond an inherited mask would hand out ids the mask hides.
 TEST_F(BuildPlan, LogicalCountBeyondTheMaskIsRefused) {
   use_environment("nvidia-8xh100", {"CUDA_VISIBLE_DEVICES=2,5,7"});
