@@ -198,21 +198,27 @@ const std::vector<AcceleratorType>& accelerator_types() {
   return kTypes;
 }
 
-std::string canonical_type(std::string_view name) {
-  std::string t = internal::trim(name);
-  if (t.empty()) return t;
+namespace {
+// The canonical name of a name, alias or model string the table knows; "".
+std::string known_type(std::string_view t) {
   if (const TypeRow* r = find_row(t)) return std::string(r->name);
   if (const TypeRow* r = find_model(t)) return std::string(r->name);
+  return {};
+}
+}  // namespace
+
+std::string canonical_type(std::string_view name) {
+  std::string t = internal::trim(name);
+  std::string known = known_type(t);
   // Unknown: kept as written, so distinct names stay distinct
   // ("a3-highgpu-8g" is not "A3"); matching is case-insensitive.
-  return t;
+  return known.empty() ? t : known;
 }
 
 std::string type_from_model(std::string_view model) {
   std::string t = internal::trim(model);
   if (t.empty()) return t;
-  if (const TypeRow* r = find_row(t)) return std::string(r->name);
-  if (const TypeRow* r = find_model(t)) return std::string(r->name);
+  if (std::string known = known_type(t); !known.empty()) return known;
   // Unknown: keep it readable ("NVIDIA GeForce RTX 4090" → "GEFORCE-RTX-4090").
   std::vector<std::string> parts = words(t);
   static constexpr std::string_view kDrop[] = {"nvidia", "amd", "intel", "r", "tm", "corporation"};
