@@ -137,7 +137,7 @@ void check_invariants(const JobSpec& spec, const Plan& p) {
     if (spec.accelerator_type) {
       bool match = false;
       for (const auto& a : hs.inventory.accelerators) {
-        match = match || a.type == detect::canonical_type(*spec.accelerator_type);
+        match = match || detect::type_matches(a.type, *spec.accelerator_type);  // the type or its family
       }
       EXPECT_TRUE(match) << hs.inventory.host;
     }
