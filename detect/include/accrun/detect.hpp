@@ -196,8 +196,13 @@ Result<std::vector<std::pair<std::string, Quantity>>> parse_resource_list(std::s
 // where sysfs gave none; with an XML topology and no GPU found in sysfs, the
 // XML's own GPUs (PCI vendor NVIDIA/AMD/Intel with a display, 3D or
 // processing-accelerator class); then visible-device restriction (the
-// inherited variables of config.environment), then the logical overrides,
-// then labels (TPU_NAME → pod, TPU_WORKER_ID → pod_order; NVLink clique).
+// inherited variables of config.environment; a negative id such as
+// CUDA_VISIBLE_DEVICES=-1 ends the list, so it hides every device, and the
+// variable is recorded in Inventory::masks), then the logical overrides (a
+// count beyond what an inherited mask shows is an invalid-argument error),
+// then labels on TPU hosts (TPU_NAME, else the first of TPU_WORKER_HOSTNAMES,
+// → pod, split per slice by MEGASCALE_SLICE_ID; TPU_WORKER_ID, else this
+// host's place in TPU_WORKER_HOSTNAMES, → pod_order) and the NVLink clique.
 //
 // XML topologies: Inventory::cores is filled from the XML so the planner can
 // plan with it, and Inventory::topology_from_xml is set: such cores describe
