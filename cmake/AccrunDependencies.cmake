@@ -1,5 +1,5 @@
-# Finds accrun's dependencies.  PMIx, hwloc and Boost.Program_options are
-# required; MPI, libfabric and NCCL are optional (ACCRUN_WITH_*).  NCCL and
+# Finds accrun's dependencies.  PMIx, hwloc, Boost.Program_options and
+# nlohmann-json are required; MPI, libfabric and NCCL are optional (ACCRUN_WITH_*).  NCCL and
 # the CUDA runtime are never linked: only their presence is recorded, and
 # libaccrun dlopens them at run time.
 
@@ -8,6 +8,8 @@ pkg_check_modules(PMIX REQUIRED IMPORTED_TARGET pmix)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
 find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
 find_package(Threads REQUIRED)
+# Every JSON accrun reads or writes (Debian: nlohmann-json3-dev).
+find_package(nlohmann_json 3.10 REQUIRED)
 
 # --- MPI ---
 set(ACCRUN_HAVE_MPI 0)

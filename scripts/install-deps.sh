@@ -13,6 +13,7 @@ packages=(
   mpich libmpich-dev              # MPICH programs through the PMI server (mpicc.mpich)
   libfabric-dev
   libboost-program-options-dev
+  nlohmann-json3-dev              # the JSON accrun reads and writes
   libsodium-dev
   libgtest-dev libgmock-dev googletest
   python3 python3-mpi4py

@@ -107,6 +107,10 @@ class AmdProvider final : public ProviderBase {
 
   // ROCR_VISIBLE_DEVICES picks physical devices; HIP_VISIBLE_DEVICES then
   // picks positions among those.  Both inherited: the effective set.
+  std::string mask_in(const Env& env) const override {
+    return set_variables(env, {"ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"});
+  }
+
   Result<std::vector<Accelerator>> restrict_visible(std::vector<Accelerator> accs, const Env& env) const override {
     if (accs.empty()) return accs;
     if (auto it = env.find("ROCR_VISIBLE_DEVICES"); it != env.end()) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
 
 #include "internal.hpp"
 
@@ -60,7 +61,7 @@ std::vector<Accelerator> xml_gpus(const internal::Topology& topo) {
     a.cpus = loc.cpus;
     a.uuid = loc.uuid;
     a.type = type_from_pci(loc.vendor, loc.device);
-    if (a.type.empty() && !loc.model.empty()) a.type = canonical_type(loc.model);
+    if (a.type.empty() && !loc.model.empty()) a.type = type_from_model(loc.model);
     if (a.type.empty()) {
       char buf[24];
       std::snprintf(buf, sizeof buf, "%s-%04X", internal::upper(vendor).c_str(), loc.device);
@@ -80,11 +81,23 @@ std::vector<Accelerator> xml_gpus(const internal::Topology& topo) {
   return out;
 }
 
+// Sets the count of `resource` on the host to `want` (`option` names the
+// override for messages).  Under an inherited visible-devices mask
+// (`masks`), the devices it leaves are the only ones there are: a count
+// beyond them is refused (as Ray's `ray start --num-gpus` refuses), since
+// the ids a rank gets must be devices the mask shows.
 Status apply_count(std::vector<Accelerator>& accs, const std::string& resource, std::int64_t want,
-                   const std::string& vendor_hint, const std::optional<std::string>& type_hint) {
+                   const std::string& vendor_hint, const std::optional<std::string>& type_hint,
+                   const std::map<std::string, std::string>& masks, const std::string& option) {
   std::vector<Accelerator> mine, rest;
   for (auto& a : accs) (a.resource == resource ? mine : rest).push_back(std::move(a));
   std::sort(mine.begin(), mine.end(), [](const Accelerator& a, const Accelerator& b) { return a.id < b.id; });
+  if (auto m = masks.find(resource); m != masks.end() && want > static_cast<std::int64_t>(mine.size())) {
+    return invalid_argument(option + ": " + m->second + " leaves " + std::to_string(mine.size()) + " " + resource +
+                            (mine.size() == 1 ? "" : "s") + " visible on this host; give at most " +
+                            std::to_string(mine.size()) + ", or change the mask (ids handed to ranks must be "
+                            "devices it shows)");
+  }
   if (static_cast<std::int64_t>(mine.size()) > want) mine.resize(static_cast<size_t>(want));
   std::string vendor = !mine.empty() ? mine.front().vendor : vendor_hint;
   std::string type = !mine.empty() ? mine.front().type : type_hint.value_or("");
@@ -100,6 +113,63 @@ Status apply_count(std::vector<Accelerator>& accs, const std::string& resource, 
   }
   accs = std::move(rest);
   accs.insert(accs.end(), std::make_move_iterator(mine.begin()), std::make_move_iterator(mine.end()));
+  return Status::ok();
+}
+
+bool has_tpu_chips(const Inventory& inv) {
+  return std::any_of(inv.accelerators.begin(), inv.accelerators.end(),
+                     [](const Accelerator& a) { return a.resource == "TPU"; });
+}
+
+// Labels from a TPU VM's environment: the slice is the pod and the worker id
+// the host's place in it (JAX's process index follows it).  The slice is
+// named by TPU_NAME, else by its worker 0 (the first of
+// TPU_WORKER_HOSTNAMES, the same list on every host of the slice); in a
+// multislice job (MEGASCALE_SLICE_ID) each slice is a pod of its own.
+Status apply_tpu_labels(const Env& env, Inventory& inv) {
+  auto get = [&](const char* name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    std::string v = internal::trim(it->second);
+    if (v.empty()) return std::nullopt;
+    return v;
+  };
+  std::vector<std::string> workers;
+  if (auto list = get("TPU_WORKER_HOSTNAMES")) {
+    for (const std::string& w : internal::split(*list, ',')) {
+      std::string name = internal::trim(w);
+      if (name.empty()) return invalid_argument("TPU_WORKER_HOSTNAMES=" + *list + ": empty entry");
+      workers.push_back(std::move(name));
+    }
+  }
+  std::optional<std::string> pod = get("TPU_NAME");
+  if (!pod && !workers.empty()) pod = "tpu-slice-" + workers.front();
+  if (pod) {
+    if (auto slice = get("MEGASCALE_SLICE_ID")) {
+      if (!internal::parse_int(*slice)) {
+        return invalid_argument("MEGASCALE_SLICE_ID=" + *slice + ": expected a slice number (0, 1, ...)");
+      }
+      *pod += "-slice-" + *slice;
+    }
+    inv.labels.pod = *pod;
+  }
+  if (auto id = get("TPU_WORKER_ID")) {
+    auto w = internal::parse_int(*id);
+    if (!w) return invalid_argument("TPU_WORKER_ID=" + *id + ": expected a worker number (0, 1, ...)");
+    if (!workers.empty() && *w >= static_cast<int>(workers.size())) {
+      return invalid_argument("TPU_WORKER_ID=" + *id + ": TPU_WORKER_HOSTNAMES lists " +
+                              std::to_string(workers.size()) + " workers (ids 0-" +
+                              std::to_string(workers.size() - 1) + ")");
+    }
+    inv.pod_order = *w;
+  } else if (!workers.empty()) {
+    // No id: this host's place in the list, by its name.
+    for (size_t i = 0; i < workers.size(); ++i) {
+      if (workers[i] == inv.host || workers[i].substr(0, workers[i].find('.')) == inv.host) {
+        inv.pod_order = static_cast<int>(i);
+      }
+    }
+  }
   return Status::ok();
 }
 
@@ -128,6 +198,9 @@ Result<Inventory> detect_host(const DetectConfig& config) {
     if (found->accelerators.empty()) continue;
     auto kept = base->restrict_visible(std::move(found->accelerators), config.environment);
     if (!kept) return kept.status();
+    if (std::string mask = base->mask_in(config.environment); !mask.empty()) {
+      inv.masks[std::string(p->resource())] = std::move(mask);
+    }
     claimed.emplace_back(p->resource());
     if (found->pod && !inv.labels.pod) inv.labels.pod = found->pod;
     for (auto& a : *kept) inv.accelerators.push_back(std::move(a));
@@ -159,8 +232,10 @@ Result<Inventory> detect_host(const DetectConfig& config) {
     auto gpus = xml_gpus(*topo);
     if (!gpus.empty()) {
       const Provider* p = provider_for_vendor(gpus.front().vendor);
-      auto kept = static_cast<const ProviderBase*>(p)->restrict_visible(std::move(gpus), config.environment);
+      const auto* base = static_cast<const ProviderBase*>(p);
+      auto kept = base->restrict_visible(std::move(gpus), config.environment);
       if (!kept) return kept.status();
+      if (std::string mask = base->mask_in(config.environment); !mask.empty()) inv.masks["GPU"] = std::move(mask);
       for (auto& a : *kept) inv.accelerators.push_back(std::move(a));
     }
   }
@@ -191,7 +266,9 @@ Result<Inventory> detect_host(const DetectConfig& config) {
         return invalid_argument("--num-gpus and --resources GPU=" + q.str() + " both set the GPU count; give one");
       }
     }
-    ACCRUN_RETURN_IF_ERROR(apply_count(inv.accelerators, "GPU", *config.num_gpus, vendor_hint_for("GPU"), type_hint_for("GPU")));
+    ACCRUN_RETURN_IF_ERROR(apply_count(inv.accelerators, "GPU", *config.num_gpus, vendor_hint_for("GPU"),
+                                       type_hint_for("GPU"), inv.masks,
+                                       "--num-gpus " + std::to_string(*config.num_gpus)));
   }
   for (const auto& [name, q] : config.resources) {
     auto r = canonical_resource(name);
@@ -199,7 +276,8 @@ Result<Inventory> detect_host(const DetectConfig& config) {
     if (!q.is_whole()) {
       return invalid_argument("--resources " + *r + "=" + q.str() + ": a host has whole devices; give a whole count");
     }
-    ACCRUN_RETURN_IF_ERROR(apply_count(inv.accelerators, *r, q.whole_part(), vendor_hint_for(*r), type_hint_for(*r)));
+    ACCRUN_RETURN_IF_ERROR(apply_count(inv.accelerators, *r, q.whole_part(), vendor_hint_for(*r), type_hint_for(*r),
+                                       inv.masks, "--resources " + *r + "=" + q.str()));
   }
   if (host_type) {
     for (auto& a : inv.accelerators) {
@@ -215,20 +293,7 @@ Result<Inventory> detect_host(const DetectConfig& config) {
     return rank(a.resource) != rank(b.resource) ? rank(a.resource) < rank(b.resource) : a.id < b.id;
   });
 
-  // Labels from the TPU environment: the slice is the pod, the worker id the
-  // host's place in it (JAX's process index follows it).
-  const bool has_tpu = std::any_of(inv.accelerators.begin(), inv.accelerators.end(),
-                                   [](const Accelerator& a) { return a.resource == "TPU"; });
-  if (has_tpu) {
-    if (auto it = config.environment.find("TPU_NAME"); it != config.environment.end() && !internal::trim(it->second).empty()) {
-      inv.labels.pod = internal::trim(it->second);
-    }
-    if (auto it = config.environment.find("TPU_WORKER_ID"); it != config.environment.end()) {
-      auto w = internal::parse_int(internal::trim(it->second));
-      if (!w) return invalid_argument("TPU_WORKER_ID=" + it->second + ": expected a worker number (0, 1, ...)");
-      inv.pod_order = *w;
-    }
-  }
+  if (has_tpu_chips(inv)) ACCRUN_RETURN_IF_ERROR(apply_tpu_labels(config.environment, inv));
   return inv;
 }
 

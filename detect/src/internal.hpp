@@ -2,6 +2,7 @@
 // PCI scan, id-list parsing, and the base class every provider derives from.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -91,7 +92,13 @@ class ProviderBase : public Provider {
   // devices; with none, variables are not looked at.
   virtual Result<std::vector<Accelerator>> restrict_visible(std::vector<Accelerator> accs,
                                                             const Env& env) const;
+  // The inherited variables restrict_visible reads, as "VAR=value" joined by
+  // " and "; empty when none is set.
+  virtual std::string mask_in(const Env& env) const;
 };
+
+// "VAR=value" for each of `vars` set in `env`, joined by " and ".
+std::string set_variables(const Env& env, std::initializer_list<std::string_view> vars);
 
 // Keeps the devices named by a comma list of ids/UUIDs in `value` of `var`.
 Result<std::vector<Accelerator>> restrict_by_list(std::vector<Accelerator> accs,

@@ -1,10 +1,7 @@
 // `accrun --detect` output: the table, and DESIGN.md §9's JSON (written and
-// read back: the multi-host head reads daemons' inventories with from_json).
-#include <cmath>
-#include <cstdio>
-#include <map>
-#include <memory>
-#include <variant>
+// read back: the job controller reads agents' inventories with from_json),
+// through nlohmann-json.
+#include <limits>
 
 #include "accrun/json.hpp"
 #include "internal.hpp"
@@ -12,195 +9,53 @@
 namespace accrun::detect {
 namespace {
 
-void put_string(std::string& out, std::string_view s) { accrun::append_json_string(out, s); }
+// Nesting deeper than the inventory's own (4 levels) is refused while
+// parsing, so hostile input cannot make the parser build deep trees.
+constexpr int kMaxDepth = 16;
 
-void put_opt(std::string& out, const std::optional<std::string>& s) {
-  if (s) put_string(out, *s);
-  else out += "null";
-}
+Json opt(const std::optional<std::string>& s) { return s ? Json(*s) : Json(nullptr); }
+Json opt(const std::optional<int>& v) { return v ? Json(*v) : Json(nullptr); }
 
-void put_opt(std::string& out, const std::optional<int>& v) {
-  if (v) out += std::to_string(*v);
-  else out += "null";
-}
-
-// A small JSON reader: enough for the inventory object.
-struct Value;
-using Object = std::map<std::string, Value>;
-using Array = std::vector<Value>;
-struct Value {
-  std::variant<std::nullptr_t, bool, double, std::string, std::shared_ptr<Array>, std::shared_ptr<Object>> v;
-};
-
-class Parser {
- public:
-  explicit Parser(std::string_view text) : s_(text) {}
-  Result<Value> parse() {
-    auto v = value(0);
-    if (!v) return v;
-    skip();
-    if (pos_ != s_.size()) return error("unexpected text after the end");
-    return v;
-  }
-
- private:
-  Status error(const std::string& what) const {
-    return invalid_argument("inventory JSON, offset " + std::to_string(pos_) + ": " + what);
-  }
-  void skip() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\t' || s_[pos_] == '\r')) ++pos_;
-  }
-  bool eat(std::string_view word) {
-    if (s_.substr(pos_, word.size()) != word) return false;
-    pos_ += word.size();
-    return true;
-  }
-  Result<Value> value(int depth) {
-    if (depth > 32) return error("nested too deeply");
-    skip();
-    if (pos_ >= s_.size()) return error("unexpected end");
-    char c = s_[pos_];
-    if (c == '{') return object(depth);
-    if (c == '[') return array(depth);
-    if (c == '"') {
-      auto s = string();
-      if (!s) return s.status();
-      return Value{std::move(*s)};
-    }
-    if (eat("null")) return Value{nullptr};
-    if (eat("true")) return Value{true};
-    if (eat("false")) return Value{false};
-    size_t start = pos_;
-    while (pos_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '-' ||
-                                s_[pos_] == '+' || s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E'))
-      ++pos_;
-    if (start == pos_) return error(std::string("unexpected character '") + c + "'");
-    std::string num(s_.substr(start, pos_ - start));
-    char* end = nullptr;
-    double d = std::strtod(num.c_str(), &end);
-    if (end == nullptr || *end != '\0') return error("bad number '" + num + "'");
-    return Value{d};
-  }
-  Result<std::string> string() {
-    ++pos_;  // opening quote
-    std::string out;
-    while (pos_ < s_.size() && s_[pos_] != '"') {
-      char c = s_[pos_++];
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (pos_ >= s_.size()) break;
-      char e = s_[pos_++];
-      switch (e) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'u': {
-          if (pos_ + 4 > s_.size()) return error("bad \\u escape");
-          auto cp = internal::parse_hex(s_.substr(pos_, 4));
-          if (!cp) return error("bad \\u escape");
-          pos_ += 4;
-          if (*cp < 0x80) out += static_cast<char>(*cp);
-          else if (*cp < 0x800) {
-            out += static_cast<char>(0xc0 | (*cp >> 6));
-            out += static_cast<char>(0x80 | (*cp & 0x3f));
-          } else {
-            out += static_cast<char>(0xe0 | (*cp >> 12));
-            out += static_cast<char>(0x80 | ((*cp >> 6) & 0x3f));
-            out += static_cast<char>(0x80 | (*cp & 0x3f));
-          }
-          break;
-        }
-        default: out += e;
-      }
-    }
-    if (pos_ >= s_.size()) return error("unterminated string");
-    ++pos_;
-    return out;
-  }
-  Result<Value> array(int depth) {
-    ++pos_;
-    auto arr = std::make_shared<Array>();
-    skip();
-    if (pos_ < s_.size() && s_[pos_] == ']') {
-      ++pos_;
-      return Value{arr};
-    }
-    while (true) {
-      auto v = value(depth + 1);
-      if (!v) return v;
-      arr->push_back(std::move(*v));
-      skip();
-      if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
-      if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; return Value{arr}; }
-      return error("expected ',' or ']'");
-    }
-  }
-  Result<Value> object(int depth) {
-    ++pos_;
-    auto obj = std::make_shared<Object>();
-    skip();
-    if (pos_ < s_.size() && s_[pos_] == '}') {
-      ++pos_;
-      return Value{obj};
-    }
-    while (true) {
-      skip();
-      if (pos_ >= s_.size() || s_[pos_] != '"') return error("expected a key");
-      auto k = string();
-      if (!k) return k.status();
-      skip();
-      if (pos_ >= s_.size() || s_[pos_] != ':') return error("expected ':'");
-      ++pos_;
-      auto v = value(depth + 1);
-      if (!v) return v;
-      (*obj)[*k] = std::move(*v);
-      skip();
-      if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
-      if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return Value{obj}; }
-      return error("expected ',' or '}'");
-    }
-  }
-
-  std::string_view s_;
-  size_t pos_ = 0;
-};
-
-const Object* as_object(const Value& v) {
-  auto p = std::get_if<std::shared_ptr<Object>>(&v.v);
-  return p ? p->get() : nullptr;
-}
-const Array* as_array(const Value& v) {
-  auto p = std::get_if<std::shared_ptr<Array>>(&v.v);
-  return p ? p->get() : nullptr;
-}
-
-Status field_error(const std::string& where, const std::string& key, const char* want) {
+Status field_error(const std::string& where, const std::string& key, const std::string& want) {
   return invalid_argument("inventory JSON: " + where + "." + key + " must be " + want);
 }
 
-Result<std::string> get_string(const Object& o, const std::string& where, const std::string& key) {
+// Readers of one member of an object; a missing member reads as null.
+const nlohmann::json* member(const nlohmann::json& o, const std::string& key) {
   auto it = o.find(key);
-  if (it == o.end() || !std::holds_alternative<std::string>(it->second.v)) return field_error(where, key, "a string");
-  return std::get<std::string>(it->second.v);
+  return it == o.end() ? nullptr : &*it;
 }
-Result<std::optional<std::string>> get_opt_string(const Object& o, const std::string& where, const std::string& key) {
-  auto it = o.find(key);
-  if (it == o.end() || std::holds_alternative<std::nullptr_t>(it->second.v)) return std::optional<std::string>();
-  if (!std::holds_alternative<std::string>(it->second.v)) return field_error(where, key, "a string or null");
-  return std::optional<std::string>(std::get<std::string>(it->second.v));
+
+Result<std::optional<std::string>> get_opt_string(const nlohmann::json& o, const std::string& where,
+                                                  const std::string& key) {
+  const nlohmann::json* v = member(o, key);
+  if (v == nullptr || v->is_null()) return std::optional<std::string>();
+  if (!v->is_string()) return field_error(where, key, "a string or null");
+  return std::optional<std::string>(v->get_ref<const std::string&>());
 }
-Result<std::optional<int>> get_opt_int(const Object& o, const std::string& where, const std::string& key) {
-  auto it = o.find(key);
-  if (it == o.end() || std::holds_alternative<std::nullptr_t>(it->second.v)) return std::optional<int>();
-  const double* d = std::get_if<double>(&it->second.v);
-  if (d == nullptr || *d != std::floor(*d) || *d < -1e9 || *d > 1e9) return field_error(where, key, "an integer or null");
-  return std::optional<int>(static_cast<int>(*d));
+Result<std::string> get_string(const nlohmann::json& o, const std::string& where, const std::string& key) {
+  auto v = get_opt_string(o, where, key);
+  if (!v) return v.status();
+  if (!*v) return field_error(where, key, "a string");
+  return **v;
 }
-Result<int> get_int(const Object& o, const std::string& where, const std::string& key) {
+Result<std::optional<int>> get_opt_int(const nlohmann::json& o, const std::string& where, const std::string& key) {
+  const nlohmann::json* v = member(o, key);
+  if (v == nullptr || v->is_null()) return std::optional<int>();
+  constexpr long long kLimit = 1'000'000'000;
+  if (v->is_number_integer()) {
+    // Both signed and unsigned integers; a float (1.5, even 2.0) is not one.
+    if (v->is_number_unsigned()) {
+      const auto u = v->get<std::uint64_t>();
+      if (u <= static_cast<std::uint64_t>(kLimit)) return std::optional<int>(static_cast<int>(u));
+    } else {
+      const auto i = v->get<std::int64_t>();
+      if (i >= -kLimit && i <= kLimit) return std::optional<int>(static_cast<int>(i));
+    }
+  }
+  return field_error(where, key, "an integer or null");
+}
+Result<int> get_int(const nlohmann::json& o, const std::string& where, const std::string& key) {
   auto v = get_opt_int(o, where, key);
   if (!v) return v.status();
   if (!*v) return field_error(where, key, "an integer");
@@ -210,125 +65,119 @@ Result<int> get_int(const Object& o, const std::string& where, const std::string
 std::string cell(const std::optional<std::string>& s) { return s ? *s : "-"; }
 std::string cell(const std::optional<int>& v) { return v ? std::to_string(*v) : "-"; }
 
+Result<Inventory> read_host(const nlohmann::json& o, const std::string& where) {
+  if (!o.is_object()) return invalid_argument("inventory JSON: " + where + " must be an object");
+  Inventory inv;
+  auto host = get_string(o, where, "host");
+  if (!host) return host.status();
+  inv.host = *host;
+  auto cpus = get_int(o, where, "cpus");
+  if (!cpus) return cpus.status();
+  inv.cpus = *cpus;
+  auto numa = get_int(o, where, "numa_nodes");
+  if (!numa) return numa.status();
+  inv.numa_nodes = *numa;
+  if (const nlohmann::json* l = member(o, "labels"); l != nullptr && !l->is_null()) {
+    if (!l->is_object()) return field_error(where, "labels", "an object");
+    auto pod = get_opt_string(*l, where + ".labels", "pod");
+    auto zone = get_opt_string(*l, where + ".labels", "zone");
+    auto region = get_opt_string(*l, where + ".labels", "region");
+    if (!pod) return pod.status();
+    if (!zone) return zone.status();
+    if (!region) return region.status();
+    inv.labels = Labels{*pod, *zone, *region};
+  }
+  const nlohmann::json* accs = member(o, "accelerators");
+  if (accs == nullptr) return inv;
+  if (!accs->is_array()) return field_error(where, "accelerators", "an array");
+  for (size_t i = 0; i < accs->size(); ++i) {
+    const std::string w = where + ".accelerators[" + std::to_string(i) + "]";
+    const nlohmann::json& ao = (*accs)[i];
+    if (!ao.is_object()) return invalid_argument("inventory JSON: " + w + " must be an object");
+    Accelerator a;
+    auto res = get_string(ao, w, "resource");
+    if (!res) return res.status();
+    auto canon = canonical_resource(*res);
+    if (!canon) return canon.status().with_context("inventory JSON: " + w);
+    a.resource = *canon;
+    auto id = get_int(ao, w, "id");
+    if (!id) return id.status();
+    if (*id < 0) return field_error(w, "id", "0 or more");
+    a.id = *id;
+    auto type = get_opt_string(ao, w, "type");
+    auto pci = get_opt_string(ao, w, "pci");
+    auto an = get_opt_int(ao, w, "numa");
+    auto ac = get_opt_string(ao, w, "cpus");
+    auto uuid = get_opt_string(ao, w, "uuid");
+    if (!type) return type.status();
+    if (!pci) return pci.status();
+    if (!an) return an.status();
+    if (!ac) return ac.status();
+    if (!uuid) return uuid.status();
+    a.type = type->value_or("");
+    a.pci = *pci;
+    a.numa = *an;
+    a.cpus = *ac;
+    a.uuid = *uuid;
+    if (const nlohmann::json* l = member(ao, "logical"); l != nullptr) {
+      if (!l->is_boolean()) return field_error(w, "logical", "true or false");
+      a.logical = l->get<bool>();
+    }
+    // The vendor is not in the JSON: the type's maker, else the resource's default.
+    a.vendor = vendor_of_type(a.type);
+    if (a.vendor.empty() || resource_of_type(a.type) != a.resource) a.vendor = default_vendor(a.resource);
+    inv.accelerators.push_back(std::move(a));
+  }
+  return inv;
+}
+
 }  // namespace
 
 std::string to_json(const std::vector<Inventory>& hosts) {
-  std::string out = "{\"hosts\": [";
-  for (size_t h = 0; h < hosts.size(); ++h) {
-    const Inventory& inv = hosts[h];
-    if (h) out += ", ";
-    out += "{\"host\": ";
-    put_string(out, inv.host);
-    out += ", \"cpus\": " + std::to_string(inv.cpus);
-    out += ", \"numa_nodes\": " + std::to_string(inv.numa_nodes);
-    out += ", \"labels\": {\"pod\": ";
-    put_opt(out, inv.labels.pod);
-    out += ", \"zone\": ";
-    put_opt(out, inv.labels.zone);
-    out += ", \"region\": ";
-    put_opt(out, inv.labels.region);
-    out += "}, \"accelerators\": [";
-    for (size_t i = 0; i < inv.accelerators.size(); ++i) {
-      const Accelerator& a = inv.accelerators[i];
-      if (i) out += ", ";
-      out += "{\"resource\": ";
-      put_string(out, a.resource);
-      out += ", \"id\": " + std::to_string(a.id) + ", \"type\": ";
-      put_string(out, a.type);
-      out += ", \"pci\": ";
-      put_opt(out, a.pci);
-      out += ", \"numa\": ";
-      put_opt(out, a.numa);
-      out += ", \"cpus\": ";
-      put_opt(out, a.cpus);
-      out += ", \"uuid\": ";
-      put_opt(out, a.uuid);
-      out += std::string(", \"logical\": ") + (a.logical ? "true" : "false") + "}";
+  Json list = Json::array();
+  for (const Inventory& inv : hosts) {
+    Json accs = Json::array();
+    for (const Accelerator& a : inv.accelerators) {
+      accs.push_back(Json{{"resource", a.resource}, {"id", a.id},         {"type", a.type},
+                          {"pci", opt(a.pci)},      {"numa", opt(a.numa)}, {"cpus", opt(a.cpus)},
+                          {"uuid", opt(a.uuid)},    {"logical", a.logical}});
     }
-    out += "]}";
+    list.push_back(Json{{"host", inv.host},
+                        {"cpus", inv.cpus},
+                        {"numa_nodes", inv.numa_nodes},
+                        {"labels", Json{{"pod", opt(inv.labels.pod)},
+                                        {"zone", opt(inv.labels.zone)},
+                                        {"region", opt(inv.labels.region)}}},
+                        {"accelerators", std::move(accs)}});
   }
-  out += "]}\n";
+  std::string out;
+  append_json(out, Json{{"hosts", std::move(list)}});
+  out += '\n';
   return out;
 }
 
 Result<std::vector<Inventory>> from_json(std::string_view json) {
-  auto root = Parser(json).parse();
-  if (!root) return root.status();
-  const Object* top = as_object(*root);
-  if (top == nullptr || !top->count("hosts") || !as_array(top->at("hosts"))) {
+  // Values nested deeper than the inventory's shape are dropped while
+  // parsing (and then missing where a field is expected).
+  const nlohmann::json::parser_callback_t depth_cap = [](int depth, nlohmann::json::parse_event_t,
+                                                          nlohmann::json&) { return depth <= kMaxDepth; };
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(json.begin(), json.end(), depth_cap, /*allow_exceptions=*/false);
+  } catch (const std::exception& e) {
+    return invalid_argument(std::string("inventory JSON: ") + e.what());
+  }
+  if (root.is_discarded()) return invalid_argument("inventory JSON: not valid JSON");
+  if (!root.is_object() || !root.contains("hosts") || !root["hosts"].is_array()) {
     return invalid_argument("inventory JSON: expected an object with a \"hosts\" array");
   }
   std::vector<Inventory> out;
-  const Array& hosts = *as_array(top->at("hosts"));
+  const nlohmann::json& hosts = root["hosts"];
+  out.reserve(hosts.size());
   for (size_t h = 0; h < hosts.size(); ++h) {
-    const std::string where = "hosts[" + std::to_string(h) + "]";
-    const Object* o = as_object(hosts[h]);
-    if (o == nullptr) return invalid_argument("inventory JSON: " + where + " must be an object");
-    Inventory inv;
-    auto host = get_string(*o, where, "host");
-    if (!host) return host.status();
-    inv.host = *host;
-    auto cpus = get_int(*o, where, "cpus");
-    if (!cpus) return cpus.status();
-    inv.cpus = *cpus;
-    auto numa = get_int(*o, where, "numa_nodes");
-    if (!numa) return numa.status();
-    inv.numa_nodes = *numa;
-    if (auto it = o->find("labels"); it != o->end() && !std::holds_alternative<std::nullptr_t>(it->second.v)) {
-      const Object* l = as_object(it->second);
-      if (l == nullptr) return field_error(where, "labels", "an object");
-      auto pod = get_opt_string(*l, where + ".labels", "pod");
-      auto zone = get_opt_string(*l, where + ".labels", "zone");
-      auto region = get_opt_string(*l, where + ".labels", "region");
-      if (!pod) return pod.status();
-      if (!zone) return zone.status();
-      if (!region) return region.status();
-      inv.labels = Labels{*pod, *zone, *region};
-    }
-    if (auto it = o->find("accelerators"); it != o->end()) {
-      const Array* accs = as_array(it->second);
-      if (accs == nullptr) return field_error(where, "accelerators", "an array");
-      for (size_t i = 0; i < accs->size(); ++i) {
-        const std::string w = where + ".accelerators[" + std::to_string(i) + "]";
-        const Object* ao = as_object((*accs)[i]);
-        if (ao == nullptr) return invalid_argument("inventory JSON: " + w + " must be an object");
-        Accelerator a;
-        auto res = get_string(*ao, w, "resource");
-        if (!res) return res.status();
-        auto canon = canonical_resource(*res);
-        if (!canon) return canon.status().with_context("inventory JSON: " + w);
-        a.resource = *canon;
-        auto id = get_int(*ao, w, "id");
-        if (!id) return id.status();
-        if (*id < 0) return field_error(w, "id", "0 or more");
-        a.id = *id;
-        auto type = get_opt_string(*ao, w, "type");
-        if (!type) return type.status();
-        a.type = type->value_or("");
-        auto pci = get_opt_string(*ao, w, "pci");
-        auto an = get_opt_int(*ao, w, "numa");
-        auto ac = get_opt_string(*ao, w, "cpus");
-        auto uuid = get_opt_string(*ao, w, "uuid");
-        if (!pci) return pci.status();
-        if (!an) return an.status();
-        if (!ac) return ac.status();
-        if (!uuid) return uuid.status();
-        a.pci = *pci;
-        a.numa = *an;
-        a.cpus = *ac;
-        a.uuid = *uuid;
-        if (auto lit = ao->find("logical"); lit != ao->end()) {
-          const bool* b = std::get_if<bool>(&lit->second.v);
-          if (b == nullptr) return field_error(w, "logical", "true or false");
-          a.logical = *b;
-        }
-        // The vendor is not in the JSON: the type's maker, else the resource's default.
-        a.vendor = vendor_of_type(a.type);
-        if (a.vendor.empty() || resource_of_type(a.type) != a.resource) a.vendor = default_vendor(a.resource);
-        inv.accelerators.push_back(std::move(a));
-      }
-    }
-    out.push_back(std::move(inv));
+    auto inv = read_host(hosts[h], "hosts[" + std::to_string(h) + "]");
+    if (!inv) return inv.status();
+    out.push_back(std::move(*inv));
   }
   return out;
 }
@@ -342,6 +191,7 @@ std::string format_table(const std::vector<Inventory>& hosts) {
     if (inv.labels.pod) labels += " pod=" + *inv.labels.pod;
     if (inv.labels.zone) labels += " zone=" + *inv.labels.zone;
     if (inv.labels.region) labels += " region=" + *inv.labels.region;
+    if (inv.pod_order) labels += " worker=" + std::to_string(*inv.pod_order);
     if (!labels.empty()) out += ", labels:" + labels;
     if (inv.topology_from_xml) out += " (topology from an XML file)";
     out += "\n";

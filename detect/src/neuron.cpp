@@ -67,7 +67,7 @@ class NeuronProvider final : public ProviderBase {
 
     // A host is homogeneous: its type is its Neuron functions' type.
     std::string type = pci.empty() ? std::string() : type_from_pci(pci.front()->vendor, pci.front()->device);
-    if (type.empty()) type = "NEURON";
+    if (type.empty()) type = types::kAwsNeuronCore;
 
     int lnc = 1;
     if (type == "TRAINIUM2") {

@@ -38,7 +38,7 @@ class NvidiaProvider final : public ProviderBase {
       Accelerator a = accelerator_from_pci(d, "GPU", "nvidia", static_cast<int>(gpus.size()),
                                            type_from_pci(d.vendor, d.device));
       if (auto info = scan.root.read("/proc/driver/nvidia/gpus/" + d.bdf + "/information")) {
-        if (auto model = field(*info, "Model")) a.type = canonical_type(*model);
+        if (auto model = field(*info, "Model")) a.type = refine_type(a.type, *model);
         if (auto uuid = field(*info, "GPU UUID"); uuid && !uuid->empty()) a.uuid = *uuid;
       }
       if (a.type.empty()) a.type = "NVIDIA-" + upper(hex(d.device));
@@ -61,7 +61,7 @@ class NvidiaProvider final : public ProviderBase {
     for (Accelerator& a : gpus) {
       auto it = std::find_if(nvml->begin(), nvml->end(), [&](const NvmlGpu& g) { return a.pci && g.pci == *a.pci; });
       if (it == nvml->end()) continue;
-      if (!it->name.empty()) a.type = canonical_type(it->name);
+      if (!it->name.empty()) a.type = refine_type(a.type, it->name);
       if (!it->uuid.empty()) a.uuid = it->uuid;
       // The host's GPUs share one NVLink domain; the first reported names it.
       if (it->clique && !found.pod) found.pod = *it->clique;

@@ -167,9 +167,13 @@ Result<std::vector<Accelerator>> restrict_by_list(std::vector<Accelerator> accs,
   for (const auto& a : accs) available += (available.empty() ? "" : ",") + std::to_string(a.id);
   std::set<size_t> keep;
   std::string t = trim(value);
-  if (!t.empty()) {
+  // "NoDevFiles" is what Slurm and Ray write when a job may see no device.
+  if (!t.empty() && t != "NoDevFiles") {
     for (const std::string& raw : split(t, ',')) {
       std::string tok = trim(raw);
+      // A negative id ends the list, as the CUDA runtime reads it: "-1" is
+      // the usual way to hide every device, and "0,-1,1" shows only 0.
+      if (tok.size() > 1 && tok[0] == '-' && parse_int(std::string_view(tok).substr(1))) break;
       if (tok.empty()) {
         return invalid_argument(shown + ": empty entry (expected a comma-separated list of " +
                                 std::string(noun) + " ids or UUIDs)");
@@ -220,6 +224,18 @@ Result<std::vector<Accelerator>> ProviderBase::restrict_visible(std::vector<Acce
   auto it = env.find(std::string(visible_variable()));
   if (it == env.end()) return accs;
   return restrict_by_list(std::move(accs), it->first, it->second, resource());
+}
+
+std::string ProviderBase::mask_in(const Env& env) const { return set_variables(env, {visible_variable()}); }
+
+std::string set_variables(const Env& env, std::initializer_list<std::string_view> vars) {
+  std::string out;
+  for (std::string_view v : vars) {
+    auto it = env.find(std::string(v));
+    if (it == env.end()) continue;
+    out += (out.empty() ? "" : " and ") + it->first + "=" + it->second;
+  }
+  return out;
 }
 
 }  // namespace accrun::detect::internal

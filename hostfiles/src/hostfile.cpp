@@ -244,7 +244,7 @@ Result<std::vector<std::string>> expand(const Expression& e) {
 const std::vector<std::string>& known_keys() {
   static const std::vector<std::string> keys = [] {
     std::vector<std::string> k = {"slots", "max_slots", "gpus", "resources", "accelerator_type",
-                                  "pod", "zone", "region", "worker"};
+                                  "instance_type", "pod", "zone", "region", "worker"};
     for (const auto& r : detect::resource_names()) k.push_back(r);
     return k;
   }();
@@ -268,6 +268,20 @@ std::vector<std::string_view> split_top_level(std::string_view s) {
   return out;
 }
 
+// What instance_type= declares, under what the line says itself: gpus=,
+// resources= and accelerator_type= on the same line win over the table.
+void apply_instance_type(HostEntry& e) {
+  if (!e.instance_type) return;
+  const detect::InstanceType* t = detect::find_instance_type(*e.instance_type);
+  if (t == nullptr) return;  // refused by apply_field
+  const bool has = std::any_of(e.resources.begin(), e.resources.end(),
+                               [&](const auto& r) { return r.first == t->resource; });
+  // Not gpus=: that is a claim checked against an agent's detection, while
+  // the table only stands in until detection has looked.
+  if (!has) e.resources.emplace_back(t->resource, detect::Quantity::whole(t->count));
+  if (!e.accelerator_type) e.accelerator_type = t->type;
+}
+
 // Applies one key=value field to `e`; `seen` catches repeated keys.
 Status apply_field(std::string_view field, HostEntry& e, std::set<std::string>& seen) {
   std::size_t eq = field.find('=');
@@ -280,8 +294,9 @@ Status apply_field(std::string_view field, HostEntry& e, std::set<std::string>& 
   if (value.empty()) return invalid_argument("key '" + key + "' has no value");
 
   // A resource name used as a key: TPU=4.
-  static const std::set<std::string> kPlainKeys = {"slots", "max_slots", "gpus", "resources",
-                                                   "accelerator_type", "pod", "zone", "region", "worker"};
+  static const std::set<std::string> kPlainKeys = {"slots",         "max_slots", "gpus", "resources",
+                                                   "accelerator_type", "instance_type", "pod", "zone",
+                                                   "region",         "worker"};
   std::optional<std::string> resource;
   if (kPlainKeys.count(key) == 0) {
     // Resource names as keys are written exactly (TPU=4); "gpu=8" is far
@@ -294,7 +309,7 @@ Status apply_field(std::string_view field, HostEntry& e, std::set<std::string>& 
       else if (r) near = *r;
       else near = closest_match(key, known_keys());
       if (near) msg += " (did you mean '" + *near + "'?)";
-      else msg += " (keys: slots, gpus, resources, accelerator_type, pod, zone, region, worker)";
+      else msg += " (keys: slots, gpus, resources, accelerator_type, instance_type, pod, zone, region, worker)";
       return invalid_argument(msg);
     }
     resource = *r;
@@ -357,6 +372,16 @@ Status apply_field(std::string_view field, HostEntry& e, std::set<std::string>& 
     }
   } else if (key == "accelerator_type") {
     e.accelerator_type = detect::canonical_type(value);
+  } else if (key == "instance_type") {
+    if (detect::find_instance_type(value) == nullptr) {
+      std::vector<std::string> names;
+      for (const auto& t : detect::instance_types()) names.push_back(t.name);
+      std::string msg = "unknown instance type '" + value + "'";
+      if (auto near = closest_match(value, names)) msg += " (did you mean '" + *near + "'?)";
+      return invalid_argument(msg + "; accrun-hostfile(5) lists the known ones, or declare the devices with "
+                                    "gpus=/resources= and accelerator_type=");
+    }
+    e.instance_type = value;
   } else if (key == "pod") {
     e.labels.pod = value;
   } else if (key == "zone") {
@@ -596,6 +621,7 @@ Result<std::vector<HostEntry>> parse_hostfile(std::string_view text, const std::
       Status st = apply_field(words[w], proto, seen);
       if (!st) return fail(st);
     }
+    apply_instance_type(proto);
     auto expr = parse_expression(words[0]);
     if (!expr) return fail(expr.status());
     // Checked before expanding, so the limit bounds the memory too.
@@ -707,6 +733,16 @@ Result<std::vector<HostEntry>> parse_host_list(std::string_view list) {
     }
   }
   return out;
+}
+
+detect::Inventory detected_inventory(const HostEntry& entry, detect::Inventory detected) {
+  detected.host = entry.name;
+  // Labels written in the hostfile win over detected ones.
+  if (entry.labels.pod) detected.labels.pod = entry.labels.pod;
+  if (entry.labels.zone) detected.labels.zone = entry.labels.zone;
+  if (entry.labels.region) detected.labels.region = entry.labels.region;
+  if (entry.pod_order) detected.pod_order = entry.pod_order;
+  return detected;
 }
 
 detect::Inventory declared_inventory(const HostEntry& entry) {

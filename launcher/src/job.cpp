@@ -76,18 +76,12 @@ Result<Plan> build_plan(const Options& options, char** envp, int master_port,
           if (!inv) return inv.status().with_context("detecting this host");
           local = std::move(*inv);
         }
-        h.inventory = *local;
-        h.inventory.host = e.name;
-        // Labels written in the hostfile win over detected ones.
-        if (e.labels.pod) h.inventory.labels.pod = e.labels.pod;
-        if (e.labels.zone) h.inventory.labels.zone = e.labels.zone;
-        if (e.labels.region) h.inventory.labels.region = e.labels.region;
-        if (e.pod_order) h.inventory.pod_order = e.pod_order;
+        // Detected hardware wins over what the entry declares.
+        h.inventory = hostfiles::detected_inventory(e, *local);
       } else if (detected != nullptr && detected->count(e.name) != 0) {
         // What the host's own agent found; the hostfile still gives slots
         // and labels, and may not claim devices the host lacks.
-        h.inventory = detected->at(e.name);
-        h.inventory.host = e.name;
+        h.inventory = hostfiles::detected_inventory(e, detected->at(e.name));
         if (e.gpus) {
           int have = 0;
           for (const auto& a : h.inventory.accelerators) have += a.resource == "GPU" ? 1 : 0;
@@ -96,10 +90,6 @@ Result<Plan> build_plan(const Options& options, char** envp, int master_port,
                                     " but its agent detected " + std::to_string(have) +
                                     " (remove gpus=, or give --num-gpus for logical GPUs)");
         }
-        if (e.labels.pod) h.inventory.labels.pod = e.labels.pod;
-        if (e.labels.zone) h.inventory.labels.zone = e.labels.zone;
-        if (e.labels.region) h.inventory.labels.region = e.labels.region;
-        if (e.pod_order) h.inventory.pod_order = e.pod_order;
       } else {
         h.inventory = hostfiles::declared_inventory(e);
       }

@@ -124,6 +124,24 @@ Status validate_spec(const JobSpec& spec) {
   return Status::ok();
 }
 
+// "; CUDA_VISIBLE_DEVICES=-1 (inherited) leaves 'h' 0 GPUs" for the hosts
+// whose devices of a requested resource an inherited mask restricted.
+std::string mask_note(const std::vector<HostSlots>& hosts, const std::vector<Candidate>& cands) {
+  std::string note;
+  int shown = 0;
+  for (const auto& c : cands) {
+    const HostSlots& h = hosts[static_cast<std::size_t>(c.input)];
+    for (const auto& r : c.resources) {
+      auto m = h.inventory.masks.find(r.name);
+      if (m == h.inventory.masks.end()) continue;
+      if (++shown > 2) return note + ", ...";
+      note += (note.empty() ? "; " : ", ") + m->second + " (inherited) leaves " + host_label(h) + " " +
+              std::to_string(r.devices.size()) + " " + r.name + (r.devices.size() == 1 ? "" : "s");
+    }
+  }
+  return note;
+}
+
 // Explains why rank `rank` found no room: the host and device that ran out.
 Status explain_full(const JobSpec& spec, const std::vector<HostSlots>& hosts,
                     const std::vector<Candidate>& cands, int rank, const std::string& where) {
@@ -150,8 +168,9 @@ Status explain_full(const JobSpec& spec, const std::vector<HostSlots>& hosts,
     if (tight == nullptr) {
       std::string names;
       for (const auto& [n, q] : spec.per_rank) names += (names.empty() ? "" : ", ") + n + "=" + q.str();
-      return invalid_argument(msg + "no host has the devices asked for (" + names +
-                              " per rank); declare them with gpus=N/resources=NAME:N in the hostfile, "
+      return invalid_argument(msg + "no host has the devices asked for (" + names + " per rank)" +
+                              mask_note(hosts, cands) +
+                              "; declare them with gpus=N/resources=NAME:N in the hostfile, "
                               "or --num-gpus/--resources for this host");
     }
     const auto* dev = tight->devices.back();
@@ -160,7 +179,7 @@ Status explain_full(const JobSpec& spec, const std::vector<HostSlots>& hosts,
            host_label(hosts[static_cast<std::size_t>(last_dev->input)]) + ", ran out at " + tight->name +
            " " + std::to_string(dev->id) + " (its " + std::to_string(tight->devices.size()) + " " +
            tight->name + (tight->devices.size() == 1 ? "" : "s") + " hold " +
-           std::to_string(tight->ranks_fit) + " such ranks)";
+           std::to_string(tight->ranks_fit) + " such ranks)" + mask_note(hosts, cands);
     return invalid_argument(msg + "; ask for fewer ranks or less per rank, or add hosts");
   }
   msg += "the hosts have " + std::to_string(slot_total) + " slots";
@@ -190,14 +209,23 @@ Result<Plan> plan(const JobSpec& spec, const std::vector<HostSlots>& hosts) {
   std::vector<int> eligible;
   eligible.reserve(hosts.size());
   if (spec.accelerator_type) {
-    const std::string want = lower(detect::canonical_type(*spec.accelerator_type));
-    const std::string want_raw = lower(*spec.accelerator_type);
+    const std::string want = detect::canonical_type(*spec.accelerator_type);
     std::map<std::string, std::vector<std::string>> types;  // type → hosts having it
+    bool family_only = false;  // a host whose type is the family of `want` (its variant unknown)
+    std::unordered_map<std::string, bool> verdicts;  // type → whether it meets `want`
     for (std::size_t i = 0; i < hosts.size(); ++i) {
       bool match = false;
       for (const auto& a : hosts[i].inventory.accelerators) {
-        const std::string t = lower(a.type);
-        if (!t.empty() && (t == want || t == want_raw)) match = true;
+        // A request without the variant ("A100") is met by every variant.
+        // Hosts share a few types: each is judged once.
+        auto verdict = verdicts.find(a.type);
+        if (verdict == verdicts.end()) {
+          verdict = verdicts.emplace(a.type, detect::type_matches(a.type, want)).first;
+          if (!a.type.empty() && !verdict->second && lower(a.type) == lower(detect::type_family(want))) {
+            family_only = true;
+          }
+        }
+        if (verdict->second) match = true;
         if (!a.type.empty()) {
           auto& v = types[a.type];
           if (v.empty() || v.back() != hosts[i].inventory.host) v.push_back(hosts[i].inventory.host);
@@ -206,8 +234,7 @@ Result<Plan> plan(const JobSpec& spec, const std::vector<HostSlots>& hosts) {
       if (match) eligible.push_back(static_cast<int>(i));
     }
     if (eligible.empty()) {
-      std::string msg = "--accelerator-type " + *spec.accelerator_type + ": no host has accelerators of type " +
-                        detect::canonical_type(*spec.accelerator_type);
+      std::string msg = "--accelerator-type " + *spec.accelerator_type + ": no host has accelerators of type " + want;
       if (types.empty()) {
         msg += "; the hosts have no accelerators of a known type (declare accelerator_type= in the hostfile "
                "or --host-accelerator-type for this host)";
@@ -219,6 +246,10 @@ Result<Plan> plan(const JobSpec& spec, const std::vector<HostSlots>& hosts) {
                  (hs.size() > 1 ? " and " + std::to_string(hs.size() - 1) + " more" : "") + ")";
           first = false;
         }
+      }
+      if (family_only) {
+        msg += " (" + detect::type_family(want) + " does not say its variant: declare accelerator_type=" + want +
+               " for hosts that have it)";
       }
       return invalid_argument(msg);
     }

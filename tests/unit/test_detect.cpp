@@ -84,25 +84,102 @@ TEST(DetectResources, ParseResourceList) {
 }
 
 TEST(DetectTypes, ModelNamesAndAliases) {
-  EXPECT_EQ(canonical_type("NVIDIA H100 80GB HBM3"), types::kH100);
-  EXPECT_EQ(canonical_type("NVIDIA A100-SXM4-40GB"), types::kA100);
-  EXPECT_EQ(canonical_type("Tesla V100-SXM2-16GB"), types::kV100);
-  EXPECT_EQ(canonical_type("NVIDIA GH200 480GB"), types::kGH200);
-  EXPECT_EQ(canonical_type("NVIDIA H200"), types::kH200);
+  // Memory size and form are part of the type where a model is sold in several.
+  EXPECT_EQ(type_from_model("NVIDIA H100 80GB HBM3"), types::kH100Sxm);
+  EXPECT_EQ(type_from_model("NVIDIA H100 PCIe"), types::kH100Pcie);
+  EXPECT_EQ(type_from_model("NVIDIA H100 NVL"), types::kH100Nvl);
+  EXPECT_EQ(type_from_model("NVIDIA H100"), types::kH100);
+  EXPECT_EQ(type_from_model("NVIDIA A100-SXM4-40GB"), types::kA100_40G);
+  EXPECT_EQ(type_from_model("NVIDIA A100-PCIE-40GB"), types::kA100_40G);
+  EXPECT_EQ(type_from_model("NVIDIA A100-SXM4-80GB"), types::kA100_80G);
+  EXPECT_EQ(type_from_model("NVIDIA A100 80GB PCIe"), types::kA100_80G);
+  EXPECT_EQ(type_from_model("Tesla V100-SXM2-16GB"), types::kV100);
+  EXPECT_EQ(type_from_model("NVIDIA GH200 480GB"), types::kGH200);
+  EXPECT_EQ(type_from_model("NVIDIA H200"), types::kH200);
+  EXPECT_EQ(type_from_model("NVIDIA H200 NVL"), "H200-NVL");
+  EXPECT_EQ(type_from_model("AMD Instinct MI300X"), types::kMI300X);
+  EXPECT_EQ(type_from_model("Intel(R) Data Center GPU Max 1550"), types::kMax1550);
+  // Unknown models stay readable.
+  EXPECT_EQ(type_from_model("NVIDIA GeForce RTX 4090"), "GEFORCE-RTX-4090");
+  EXPECT_EQ(type_from_model("Tesla M2075 Dual-Slot Computing Processor Module"), "TESLA-M2075");
+  // A model that only names the family keeps the variant the PCI id gave.
+  EXPECT_EQ(refine_type("H200-SXM", "NVIDIA H200"), "H200-SXM");
+  EXPECT_EQ(refine_type("H100", "NVIDIA H100 80GB HBM3"), types::kH100Sxm);
+  EXPECT_EQ(refine_type("H100-SXM", "NVIDIA A100-SXM4-40GB"), types::kA100_40G);
+
+  // Typed names: canonical names, aliases and model strings.
   EXPECT_EQ(canonical_type("h100"), "H100");
+  EXPECT_EQ(canonical_type("NVIDIA A100-SXM4-80GB"), types::kA100_80G);
+  EXPECT_EQ(canonical_type("a100-80g"), types::kA100_80G);
   EXPECT_EQ(canonical_type("AMD-Instinct-MI300X-OAM"), types::kMI300X);
-  EXPECT_EQ(canonical_type("AMD Instinct MI300X"), types::kMI300X);
   EXPECT_EQ(canonical_type("Intel-GAUDI"), types::kGaudi);
-  EXPECT_EQ(canonical_type("Intel-GPU-Max-1550"), types::kMax1550);
-  EXPECT_EQ(canonical_type("Intel(R) Data Center GPU Max 1550"), types::kMax1550);
   EXPECT_EQ(canonical_type("TPU-V5P"), types::kTpuV5P);
   EXPECT_EQ(canonical_type("tpu-v5litepod"), types::kTpuV5LitePod);
   EXPECT_EQ(canonical_type("Ascend910B"), types::kAscend910B);
-  EXPECT_EQ(canonical_type("aws-neuron-core"), types::kTrainium1);
-  // Unknown models stay readable.
-  EXPECT_EQ(canonical_type("NVIDIA GeForce RTX 4090"), "GEFORCE-RTX-4090");
-  EXPECT_EQ(canonical_type("Tesla M2075 Dual-Slot Computing Processor Module"), "TESLA-M2075");
-  EXPECT_EQ(canonical_type("mystery"), "MYSTERY");
+  EXPECT_EQ(canonical_type("aws-neuron-core"), types::kAwsNeuronCore);
+  // Unknown typed names are kept as written: distinct names never collide.
+  EXPECT_EQ(canonical_type("a3-highgpu-8g"), "a3-highgpu-8g");
+  EXPECT_EQ(canonical_type("a3-megagpu-8g"), "a3-megagpu-8g");
+  EXPECT_EQ(canonical_type(" mystery "), "mystery");
+  EXPECT_EQ(canonical_type("NVIDIA GeForce RTX 4090"), "NVIDIA GeForce RTX 4090");
+}
+
+// Every constant of Ray's ray.util.accelerators module, with the type Ray's
+// documentation gives it: the GPU model, Ray's AMD/Intel/TPU/Ascend names,
+// and aws-neuron-core for every Neuron host.
+TEST(DetectTypes, RayAcceleratorConstants) {
+  const std::pair<const char*, const char*> kRay[] = {
+      {"V100", "V100"}, {"P100", "P100"}, {"T4", "T4"}, {"P4", "P4"}, {"K80", "K80"}, {"A10G", "A10G"},
+      {"L4", "L4"}, {"L40S", "L40S"}, {"A100", "A100"}, {"H100", "H100"}, {"H200", "H200"}, {"H20", "H20"},
+      {"B200", "B200"}, {"Intel-GPU-Max-1550", "MAX-1550"}, {"Intel-GPU-Max-1100", "MAX-1100"},
+      {"Intel-GAUDI", "GAUDI"}, {"AMD-Instinct-MI100", "MI100"}, {"AMD-Instinct-MI250X", "MI250X"},
+      {"AMD-Instinct-MI250X-MI250", "MI250"}, {"AMD-Instinct-MI210", "MI210"}, {"AMD-Instinct-MI300A", "MI300A"},
+      {"AMD-Instinct-MI300X-OAM", "MI300X"}, {"AMD-Instinct-MI300X-HF", "MI300X"},
+      {"AMD-Instinct-MI308X", "MI308X"}, {"AMD-Instinct-MI325X-OAM", "MI325X"},
+      {"AMD-Radeon-R9-200-HD-7900", "RADEON-R9-200-HD-7900"}, {"AMD-Radeon-HD-7900", "RADEON-HD-7900"},
+      {"aws-neuron-core", "AWS-NEURON-CORE"}, {"TPU-V2", "TPU-V2"}, {"TPU-V3", "TPU-V3"}, {"TPU-V4", "TPU-V4"},
+      {"TPU-V5P", "TPU-V5P"}, {"TPU-V5LITEPOD", "TPU-V5LITEPOD"}, {"TPU-V6E", "TPU-V6E"},
+      {"Ascend910B", "ASCEND910B"}, {"Ascend910B4", "ASCEND910B4"}, {"A100-40G", "A100-40G"},
+      {"A100-80G", "A100-80G"},
+  };
+  for (const auto& [ray, ours] : kRay) {
+    EXPECT_EQ(canonical_type(ray), ours) << ray;
+    EXPECT_NE(vendor_of_type(canonical_type(ray)), "") << ray << " is in the table";
+  }
+  // Ray's PCI-id mapping for AMD: 0x7408 MI250X, 0x740c MI250X-MI250.
+  EXPECT_EQ(type_from_pci(0x1002, 0x7408), "MI250X");
+  EXPECT_EQ(type_from_pci(0x1002, 0x740c), canonical_type("AMD-Instinct-MI250X-MI250"));
+  EXPECT_EQ(type_from_pci(0x1002, 0x6799), canonical_type("AMD-Radeon-HD-7900"));
+}
+
+TEST(DetectTypes, RequestsMatchVariantsAndFamilies) {
+  // A request without the variant is met by every variant...
+  EXPECT_TRUE(type_matches("A100-40G", "A100"));
+  EXPECT_TRUE(type_matches("A100-80G", "a100"));
+  EXPECT_TRUE(type_matches("A100", "A100"));
+  EXPECT_TRUE(type_matches("H100-NVL", "H100"));
+  EXPECT_TRUE(type_matches("H100-SXM", "NVIDIA-H100"));
+  // ...a variant only by itself.
+  EXPECT_TRUE(type_matches("A100-80G", "A100-80G"));
+  EXPECT_FALSE(type_matches("A100-40G", "A100-80G"));
+  EXPECT_FALSE(type_matches("A100", "A100-80G")) << "an A100 of unknown size is not proven 80G";
+  EXPECT_FALSE(type_matches("H100-PCIE", "H100-SXM"));
+  EXPECT_FALSE(type_matches("H100-SXM", "A100"));
+  // Ray's aws-neuron-core is every Neuron host, Trainium2 and Inferentia2 included.
+  for (const char* t : {"TRAINIUM1", "TRAINIUM2", "INFERENTIA1", "INFERENTIA2", "AWS-NEURON-CORE"}) {
+    EXPECT_TRUE(type_matches(t, "aws-neuron-core")) << t;
+  }
+  EXPECT_FALSE(type_matches("TRAINIUM2", "TRAINIUM1"));
+  EXPECT_FALSE(type_matches("H100", "aws-neuron-core"));
+  EXPECT_TRUE(type_matches("ASCEND910B4", "Ascend910B"));
+  EXPECT_FALSE(type_matches("ASCEND910B", "Ascend910B4"));
+  // Unknown names match as written, case-insensitively, and only themselves.
+  EXPECT_TRUE(type_matches("a3-highgpu-8g", "A3-HIGHGPU-8G"));
+  EXPECT_FALSE(type_matches("a3-highgpu-8g", "a3-megagpu-8g"));
+  EXPECT_FALSE(type_matches("", "H100"));
+  EXPECT_EQ(type_family("A100-80G"), "A100");
+  EXPECT_EQ(type_family("TRAINIUM2"), "AWS-NEURON-CORE");
+  EXPECT_EQ(type_family("L4"), "L4");
 }
 
 TEST(DetectTypes, VendorsResourcesAndPciIds) {
@@ -123,8 +200,14 @@ TEST(DetectTypes, VendorsResourcesAndPciIds) {
   // mistake the table once made or a variant it once missed.
   EXPECT_EQ(type_from_pci(0x10de, 0x2324), "H800") << "0x2324 is an H800, not an H100";
   EXPECT_EQ(type_from_pci(0x10de, 0x2322), "H800");
-  EXPECT_EQ(type_from_pci(0x10de, 0x2339), "H100");
-  EXPECT_EQ(type_from_pci(0x10de, 0x2335), "H200");
+  EXPECT_EQ(type_from_pci(0x10de, 0x2339), "H100-SXM") << "H100 SXM5 94GB";
+  EXPECT_EQ(type_from_pci(0x10de, 0x2330), "H100-SXM");
+  EXPECT_EQ(type_from_pci(0x10de, 0x2331), "H100-PCIE");
+  EXPECT_EQ(type_from_pci(0x10de, 0x2321), "H100-NVL") << "H100L 94GB";
+  EXPECT_EQ(type_from_pci(0x10de, 0x2336), "H100") << "form not known";
+  EXPECT_EQ(type_from_pci(0x10de, 0x20b0), "A100-40G");
+  EXPECT_EQ(type_from_pci(0x10de, 0x20b5), "A100-80G");
+  EXPECT_EQ(type_from_pci(0x10de, 0x2335), "H200-SXM");
   EXPECT_EQ(type_from_pci(0x10de, 0x2342), "GH200");
   EXPECT_EQ(type_from_pci(0x10de, 0x2329), "H20");
   EXPECT_EQ(type_from_pci(0x1002, 0x738e), "MI100");

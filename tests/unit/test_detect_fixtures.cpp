@@ -95,7 +95,7 @@ TEST_P(VendorFixture, ReportsExactlyItsAccelerators) {
 
 INSTANTIATE_TEST_SUITE_P(
     Vendors, VendorFixture,
-    ::testing::Values(VendorCase{"nvidia-8xh100", "GPU", "nvidia", "H100", 8, "0000:18:00.0"},
+    ::testing::Values(VendorCase{"nvidia-8xh100", "GPU", "nvidia", "H100-SXM", 8, "0000:18:00.0"},
                       // ROCr order is KFD node order: node 2 is the GPU on bus 0x22.
                       VendorCase{"amd-8xmi300x", "GPU", "amd", "MI300X", 8, "0000:22:00.0"},
                       VendorCase{"intel-4xmax1550", "GPU", "intel", "MAX-1550", 4, "0000:29:00.0"},
@@ -251,16 +251,48 @@ TEST(DetectOverrides, NumGpusOnAHostWithout) {
 }
 
 TEST(DetectOverrides, MoreAndFewerThanPhysical) {
-  DetectConfig c = fixture("nvidia-8xh100", {{"CUDA_VISIBLE_DEVICES", "1,3"}});
-  c.num_gpus = 4;
+  // Without a mask, devices beyond the physical ones are logical.
+  DetectConfig c = fixture("nvidia-8xh100");
+  c.num_gpus = 10;
   Inventory inv = detect_ok(c);
-  EXPECT_EQ(ids_of(inv), (std::vector<int>{1, 3, 4, 5}));
-  EXPECT_FALSE(inv.accelerators[1].logical);
-  EXPECT_TRUE(inv.accelerators[2].logical);
-  EXPECT_EQ(inv.accelerators[2].type, "H100") << "logical devices take the host's type";
+  EXPECT_EQ(ids_of(inv), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_FALSE(inv.accelerators[7].logical);
+  EXPECT_TRUE(inv.accelerators[8].logical);
+  EXPECT_EQ(inv.accelerators[8].type, inv.accelerators[0].type) << "logical devices take the host's type";
   c = fixture("nvidia-8xh100");
   c.num_gpus = 3;
   EXPECT_EQ(ids_of(detect_ok(c)), (std::vector<int>{0, 1, 2}));
+  // Under an inherited mask its devices are all there is: fewer is fine,
+  // more would invent ids (4, 5 are hidden by the mask) and is refused.
+  c = fixture("nvidia-8xh100", {{"CUDA_VISIBLE_DEVICES", "1,3"}});
+  c.num_gpus = 1;
+  EXPECT_EQ(ids_of(detect_ok(c)), (std::vector<int>{1}));
+  c.num_gpus = 4;
+  auto r = detect_host(c);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("--num-gpus 4: CUDA_VISIBLE_DEVICES=1,3 leaves 2 GPUs visible"),
+            std::string::npos)
+      << r.status().message();
+  c = fixture("neuron-trn1", {{"NEURON_RT_VISIBLE_CORES", "0-1"}});
+  c.resources = {{"neuron_cores", Quantity::whole(3)}};
+  r = detect_host(c);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("--resources neuron_cores=3: NEURON_RT_VISIBLE_CORES=0-1 leaves 2"),
+            std::string::npos)
+      << r.status().message();
+}
+
+TEST(DetectVisible, NegativeIdHidesTheRest) {
+  Inventory inv = detect_ok(fixture("nvidia-8xh100", {{"CUDA_VISIBLE_DEVICES", "-1"}}));
+  EXPECT_TRUE(inv.accelerators.empty());
+  EXPECT_EQ(inv.masks["GPU"], "CUDA_VISIBLE_DEVICES=-1");
+  EXPECT_EQ(ids_of(detect_ok(fixture("nvidia-8xh100", {{"CUDA_VISIBLE_DEVICES", "4,-1,1"}}))),
+            (std::vector<int>{4}));
+  EXPECT_TRUE(detect_ok(fixture("nvidia-8xh100", {{"CUDA_VISIBLE_DEVICES", "NoDevFiles"}})).accelerators.empty());
+  EXPECT_TRUE(detect_ok(fixture("gaudi2", {{"HABANA_VISIBLE_MODULES", "-1"}})).accelerators.empty());
+  EXPECT_TRUE(detect_ok(fixture("nvidia-8xh100")).masks.empty());
+  EXPECT_FALSE(detect_host(fixture("nvidia-8xh100", {{"CUDA_VISIBLE_DEVICES", "-x"}})));
 }
 
 TEST(DetectOverrides, ResourcesAndHostType) {
@@ -321,6 +353,36 @@ TEST(DetectLabels, TpuEnvironmentNamesThePod) {
   EXPECT_FALSE(none.labels.pod);
 }
 
+// A TPU VM without TPU_NAME (GKE, queued resources): the slice is named by
+// its worker list, the same on every host of it, and the host's place in it.
+TEST(DetectLabels, TpuSliceFromTheWorkerList) {
+  const std::string kWorkers = "t1v-n-0.internal,t1v-n-1.internal,t1v-n-2.internal,t1v-n-3.internal";
+  Inventory inv = detect_ok(fixture("tpu-v4", {{"TPU_WORKER_HOSTNAMES", kWorkers}, {"TPU_WORKER_ID", "2"}}));
+  EXPECT_EQ(inv.labels.pod, "tpu-slice-t1v-n-0.internal");
+  EXPECT_EQ(inv.pod_order, 2);
+  // Without an id, the host's own name in the list.
+  DetectConfig c = fixture("tpu-v4", {{"TPU_WORKER_HOSTNAMES", kWorkers}});
+  c.hostname = "t1v-n-3";
+  inv = detect_ok(c);
+  EXPECT_EQ(inv.labels.pod, "tpu-slice-t1v-n-0.internal");
+  EXPECT_EQ(inv.pod_order, 3);
+  // Multislice: each slice is a pod of its own.
+  inv = detect_ok(fixture("tpu-v4", {{"TPU_NAME", "job"}, {"MEGASCALE_SLICE_ID", "1"},
+                                     {"MEGASCALE_NUM_SLICES", "2"}, {"TPU_WORKER_ID", "0"}}));
+  EXPECT_EQ(inv.labels.pod, "job-slice-1");
+  // What accrun --detect shows.
+  EXPECT_NE(format_table({inv}).find("pod=job-slice-1 worker=0"), std::string::npos) << format_table({inv});
+  // Bad values are errors naming the variable.
+  auto r = detect_host(fixture("tpu-v4", {{"TPU_WORKER_HOSTNAMES", kWorkers}, {"TPU_WORKER_ID", "4"}}));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("TPU_WORKER_ID=4: TPU_WORKER_HOSTNAMES lists 4 workers"), std::string::npos)
+      << r.status().message();
+  r = detect_host(fixture("tpu-v4", {{"TPU_NAME", "job"}, {"MEGASCALE_SLICE_ID", "x"}}));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("MEGASCALE_SLICE_ID=x"), std::string::npos);
+  EXPECT_FALSE(detect_host(fixture("tpu-v4", {{"TPU_WORKER_HOSTNAMES", "a,,b"}})));
+}
+
 TEST(DetectXml, TopologyFileAloneYieldsItsGpus) {
   DetectConfig c = fixture("decoys");
   c.topology_xml = kXml + "nvidia-4xh100.xml";
@@ -336,7 +398,7 @@ TEST(DetectXml, TopologyFileAloneYieldsItsGpus) {
   for (int i = 0; i < 4; ++i) {
     const auto& a = inv.accelerators[static_cast<size_t>(i)];
     EXPECT_EQ(a.id, i);
-    EXPECT_EQ(a.type, "H100");
+    EXPECT_EQ(a.type, "H100-SXM");
     EXPECT_EQ(*a.pci, pci[i]);
     EXPECT_EQ(*a.numa, i < 2 ? 0 : 1);
     EXPECT_EQ(*a.cpus, i < 2 ? "0-3" : "4-7");
@@ -430,7 +492,7 @@ TEST(DetectNvml, NamesUuidsAndTheNvlinkClique) {
   ASSERT_EQ(inv.accelerators.size(), 8u);
   EXPECT_EQ(inv.accelerators[0].type, "H200") << "NVML's name wins over /proc";
   EXPECT_EQ(*inv.accelerators[1].uuid, "GPU-aaaa-1");
-  EXPECT_EQ(inv.accelerators[2].type, "H100") << "not reported by NVML: /proc's name";
+  EXPECT_EQ(inv.accelerators[2].type, "H100-SXM") << "not reported by NVML: /proc's name (NVIDIA H100 80GB HBM3)";
   EXPECT_EQ(inv.labels.pod, "01234567-89ab-cdef-0123-456789abcdef.7");
   EXPECT_EQ(nvml.inits(), 1);
   EXPECT_EQ(nvml.shutdowns(), 1) << "NVML is shut down after use";
@@ -446,7 +508,7 @@ TEST(DetectNvml, WithoutFabricNoPod) {
   DetectConfig c = fixture("nvidia-8xh100");
   c.nvml_library = ACCRUN_FAKE_NVML;
   Inventory inv = detect_ok(c);
-  EXPECT_EQ(inv.accelerators[0].type, "A100");
+  EXPECT_EQ(inv.accelerators[0].type, "A100-40G") << "NVML's name carries the memory size";
   EXPECT_FALSE(inv.labels.pod);
 }
 

@@ -94,6 +94,30 @@ TEST(DetectJson, BadInputNamesTheField) {
   EXPECT_FALSE(from_json("{\"hosts\": [{\"host\": \"h\", \"cpus\": 1.5, \"numa_nodes\": 1}]}"));
 }
 
+// Written and read by nlohmann-json: what it writes is valid JSON whatever
+// the bytes of a name, and what it reads is bounded.
+TEST(DetectJson, AlwaysValidAndBounded) {
+  Inventory inv;
+  inv.host = std::string("bad\xff\x01name");
+  auto back = from_json(to_json({inv}));
+  ASSERT_TRUE(back) << back.status().message() << " in " << to_json({inv});
+  EXPECT_EQ((*back)[0].host, "bad\xEF\xBF\xBD\x01name") << "invalid UTF-8 becomes U+FFFD; control bytes survive";
+  EXPECT_NE(to_json({inv}).find("\\u0001"), std::string::npos);
+  // Nesting far deeper than the inventory's, and integers out of range.
+  std::string deep = "{\"hosts\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_FALSE(from_json(deep));
+  EXPECT_FALSE(from_json("{\"hosts\": [{\"host\": \"h\", \"cpus\": 99999999999, \"numa_nodes\": 1}]}"));
+  EXPECT_FALSE(from_json("{\"hosts\": [{\"host\": \"h\", \"cpus\": 2.0, \"numa_nodes\": 1}]}"));
+  auto r = from_json("{\"hosts\": [{\"host\": \"h\", \"cpus\": 1, \"numa_nodes\": 1, \"accelerators\": "
+                     "[{\"resource\": \"GPU\", \"id\": 0, \"logical\": 1}]}]}");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("hosts[0].accelerators[0].logical"), std::string::npos) << r.status().message();
+  // Whitespace and member order are free on input.
+  r = from_json(" {\n\"hosts\":[{\"numa_nodes\":1,\"cpus\":4,\"host\":\"h\"}]}\n");
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ((*r)[0].cpus, 4);
+}
+
 TEST(DetectTable, ReadableAndSaysWhenEmpty) {
   std::string t = format_table({sample()});
   EXPECT_NE(t.find("RESOURCE"), std::string::npos);

@@ -187,5 +187,15 @@ TEST(Docs, DesignDocumentKeepsItsNumberedSections) {
   }
 }
 
+TEST(Docs, HostfilePageListsEveryInstanceType) {
+  const std::string page = read_page(std::string(ACCRUN_SOURCE_DIR) + "/man/man5/accrun-hostfile.5");
+  ASSERT_FALSE(page.empty());
+  ASSERT_GT(detect::instance_types().size(), 40u);
+  for (const auto& t : detect::instance_types()) {
+    EXPECT_NE(page.find("\\fB" + t.name + "\\fR " + std::to_string(t.chips)), std::string::npos)
+        << "accrun-hostfile(5) does not list the instance type " << t.name << " with its " << t.chips;
+  }
+}
+
 }  // namespace
 }  // namespace accrun

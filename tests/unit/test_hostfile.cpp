@@ -221,6 +221,84 @@ TEST(DeclaredInventory, TypeDecidesVendorAndDevicesAreNumbered) {
   EXPECT_TRUE(declared_inventory((*r)[3]).accelerators.empty());
 }
 
+// instance_type= stands for the devices and type of a cloud instance.
+TEST(DeclaredInventory, InstanceTypes) {
+  struct Case {
+    const char* instance;
+    const char* resource;
+    std::size_t count;
+    const char* type;
+  };
+  const Case kCases[] = {
+      {"p4d.24xlarge", "GPU", 8, "A100-40G"},   {"p4de.24xlarge", "GPU", 8, "A100-80G"},
+      {"p5.48xlarge", "GPU", 8, "H100-SXM"},    {"trn1.32xlarge", "neuron_cores", 32, "TRAINIUM1"},
+      {"g5.xlarge", "GPU", 1, "A10G"},          {"a3-highgpu-8g", "GPU", 8, "H100-SXM"},
+      {"ct5lp-hightpu-4t", "TPU", 4, "TPU-V5LITEPOD"}, {"inf2.48xlarge", "neuron_cores", 24, "INFERENTIA2"},
+      {"G5.12XLARGE", "GPU", 4, "A10G"},
+  };
+  for (const auto& c : kCases) {
+    auto r = parse_hostfile(std::string("h instance_type=") + c.instance + "\n", "hosts");
+    ASSERT_TRUE(r.is_ok()) << c.instance << ": " << r.status().message();
+    auto inv = declared_inventory((*r)[0]);
+    ASSERT_EQ(inv.accelerators.size(), c.count) << c.instance;
+    EXPECT_EQ(inv.accelerators[0].resource, c.resource) << c.instance;
+    EXPECT_EQ(inv.accelerators[0].type, c.type) << c.instance;
+    EXPECT_EQ(inv.accelerators[0].vendor, detect::vendor_of_type(c.type)) << c.instance;
+    EXPECT_FALSE((*r)[0].gpus) << "the table is no claim an agent's detection is checked against";
+  }
+  // Trainium: 16 chips, 32 NeuronCores.
+  const detect::InstanceType* trn1 = detect::find_instance_type("trn1.32xlarge");
+  ASSERT_NE(trn1, nullptr);
+  EXPECT_EQ(trn1->chips, 16);
+  EXPECT_EQ(trn1->count, 32);
+  // What the line says itself wins over the table.
+  auto r = parse_hostfile("h instance_type=p4d.24xlarge gpus=2 accelerator_type=A100\n", "hosts");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  auto inv = declared_inventory((*r)[0]);
+  EXPECT_EQ(inv.accelerators.size(), 2u);
+  EXPECT_EQ(inv.accelerators[0].type, "A100");
+  // An unknown instance type names the file and line, with a suggestion.
+  r = parse_hostfile("a slots=1\nb instance_type=p4d.24xlarg\n", "hosts");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("hosts:2: unknown instance type 'p4d.24xlarg' (did you mean 'p4d.24xlarge'?)"),
+            std::string::npos)
+      << r.status().message();
+  r = parse_hostfile("b instance_type=m5.large\n", "hosts");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("hosts:1: unknown instance type 'm5.large'"), std::string::npos)
+      << r.status().message();
+  // Every row names a known type of its resource.
+  for (const auto& t : detect::instance_types()) {
+    EXPECT_EQ(detect::resource_of_type(t.type), t.resource) << t.name;
+    EXPECT_GE(t.count, t.chips) << t.name;
+  }
+}
+
+// Detected hardware wins over the table; the hostfile's labels stay on top.
+TEST(DeclaredInventory, DetectedHardwareWins) {
+  auto r = parse_hostfile("n1 instance_type=p4d.24xlarge pod=p worker=2\n", "hosts");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  detect::Inventory seen;
+  seen.host = "n1.example";
+  seen.cpus = 96;
+  for (int i = 0; i < 4; ++i) {
+    detect::Accelerator a;
+    a.resource = "GPU";
+    a.vendor = "nvidia";
+    a.id = i;
+    a.type = "A100-80G";
+    seen.accelerators.push_back(a);
+  }
+  auto inv = detected_inventory((*r)[0], seen);
+  EXPECT_EQ(inv.host, "n1");
+  EXPECT_EQ(inv.cpus, 96);
+  ASSERT_EQ(inv.accelerators.size(), 4u);
+  EXPECT_EQ(inv.accelerators[0].type, "A100-80G");
+  EXPECT_EQ(inv.labels.pod, "p");
+  EXPECT_EQ(inv.pod_order, 2);
+}
+
 // --- Limits (accrun-hostfile(5) LIMITS): tiny inputs must not exhaust memory.
 
 bool has(const std::string& message, const std::string& part) {

@@ -137,7 +137,7 @@ void check_invariants(const JobSpec& spec, const Plan& p) {
     if (spec.accelerator_type) {
       bool match = false;
       for (const auto& a : hs.inventory.accelerators) {
-        match = match || a.type == detect::canonical_type(*spec.accelerator_type);
+        match = match || detect::type_matches(a.type, *spec.accelerator_type);  // the type or its family
       }
       EXPECT_TRUE(match) << hs.inventory.host;
     }
@@ -333,6 +333,47 @@ TEST(Planner, AcceleratorTypeIsAConstraint) {
   EXPECT_NE(msg.find("--accelerator-type A100: no host has accelerators of type A100"), std::string::npos) << msg;
   EXPECT_NE(msg.find("H100 (h100-1 and 1 more)"), std::string::npos) << msg;
   EXPECT_NE(msg.find(detect::canonical_type("MI300X") + " (mi300-1)"), std::string::npos) << msg;
+}
+
+// Types carry their variant; a request without it takes every variant.
+TEST(Planner, AcceleratorTypeFamiliesAndVariants) {
+  std::vector<HostSlots> hosts = {slots(host("a40", 2, "A100-40G"), 2), slots(host("a80", 2, "A100-80G"), 2),
+                                  slots(host("trn2", 4, "TRAINIUM2", "aws", "neuron_cores"), 4),
+                                  slots(host("inf2", 4, "INFERENTIA2", "aws", "neuron_cores"), 4)};
+  JobSpec s = spec_of(4, {{"GPU", q("1")}});
+  s.accelerator_type = "A100";
+  Plan p = ok(s, hosts);
+  ASSERT_EQ(p.hosts.size(), 2u) << "A100 is met by A100-40G and A100-80G";
+  EXPECT_EQ(env(p.ranks[0], "ACCRUN_ACCELERATOR_TYPE"), "A100-40G");
+  EXPECT_EQ(env(p.ranks[3], "ACCRUN_ACCELERATOR_TYPE"), "A100-80G");
+  s = spec_of(2, {{"GPU", q("1")}});
+  s.accelerator_type = "A100-80G";
+  p = ok(s, hosts);
+  ASSERT_EQ(p.hosts.size(), 1u);
+  EXPECT_EQ(p.hosts[0].inventory.host, "a80") << "an A100-40G host does not satisfy A100-80G";
+  s = spec_of(3, {{"GPU", q("1")}});
+  s.accelerator_type = "A100-80G";
+  EXPECT_NE(fails(s, hosts).find("cannot place rank 2"), std::string::npos) << fails(s, hosts);
+  // Ray's aws-neuron-core: every Neuron host, Trainium2 and Inferentia2 included.
+  s = spec_of(8, {{"neuron_cores", q("1")}});
+  s.accelerator_type = "aws-neuron-core";
+  p = ok(s, hosts);
+  EXPECT_EQ(p.hosts.size(), 2u);
+  // Unknown names are kept as written and never collide.
+  std::vector<HostSlots> gcp = {slots(host("hi", 8, detect::canonical_type("a3-highgpu-8g")), 8)};
+  s = spec_of(1, {{"GPU", q("1")}});
+  s.accelerator_type = "a3-megagpu-8g";
+  std::string msg = fails(s, gcp);
+  EXPECT_NE(msg.find("no host has accelerators of type a3-megagpu-8g; types here: a3-highgpu-8g (hi)"),
+            std::string::npos)
+      << msg;
+  s.accelerator_type = "A3-HIGHGPU-8G";
+  EXPECT_EQ(ok(s, gcp).ranks.size(), 1u);
+  // A host of the family with no known variant is not proven to be the variant.
+  std::vector<HostSlots> plain = {slots(host("a", 2, "A100"), 2)};
+  s.accelerator_type = "A100-80G";
+  msg = fails(s, plain);
+  EXPECT_NE(msg.find("A100 does not say its variant"), std::string::npos) << msg;
 }
 
 TEST(Planner, PodBlocksStayInsideOnePodWhateverTheOrder) {

@@ -54,6 +54,15 @@ class BuildPlan : public ::testing::Test {
     return build_plan(*o, envp_.data(), 4242);
   }
 
+  // Detection reads the fake root `root` with the extra variables `extra`.
+  void use_environment(const std::string& root, std::initializer_list<std::string> extra) {
+    env_strings_ = {"ACCRUN_SYSFS_ROOT=" + kFixtures + "/sysfs/" + root, "ACCRUN_NVML_LIBRARY="};
+    env_strings_.insert(env_strings_.end(), extra.begin(), extra.end());
+    envp_.clear();
+    for (auto& s : env_strings_) envp_.push_back(s.data());
+    envp_.push_back(nullptr);
+  }
+
   std::string dir_;
   std::vector<std::string> files_;
   std::vector<std::string> env_strings_;
@@ -140,6 +149,58 @@ TEST_F(BuildPlan, BadHostfilesAreInvalidArguments) {
   p = run({"--dry-run", "--hostfile", empty, "true"});
   ASSERT_FALSE(p.is_ok());
   EXPECT_NE(p.status().message().find("lists no hosts"), std::string::npos);
+}
+
+// CUDA_VISIBLE_DEVICES=-1 is the usual way to hide every GPU: the host has
+// none, a job asking for none runs, and one asking for GPUs is told the mask.
+TEST_F(BuildPlan, MaskHidingEveryGpuMeansNoGpus) {
+  use_environment("nvidia-8xh100", {"CUDA_VISIBLE_DEVICES=-1"});
+  auto p = run({"--dry-run", "-n", "2", "true"});
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->ranks.size(), 2u);
+  EXPECT_EQ(p->ranks[0].env.count("CUDA_VISIBLE_DEVICES"), 0u) << "a rank that asked for nothing keeps the mask";
+  p = run({"--dry-run", "-n", "1", "--gpus-per-rank", "1", "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("no host has the devices asked for (GPU=1 per rank)"), std::string::npos)
+      << p.status().message();
+  EXPECT_NE(p.status().message().find("CUDA_VISIBLE_DEVICES=-1 (inherited) leaves"), std::string::npos)
+      << p.status().message();
+  // A partial mask that runs out is named too.
+  use_environment("nvidia-8xh100", {"CUDA_VISIBLE_DEVICES=3"});
+  p = run({"--dry-run", "-n", "2", "--gpus-per-rank", "1", "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().message().find("CUDA_VISIBLE_DEVICES=3 (inherited) leaves '"), std::string::npos)
+      << p.status().message();
+  EXPECT_NE(p.status().message().find("' 1 GPU"), std::string::npos) << p.status().message();
+}
+
+// The TPU VM's own environment labels this host: --pod-blocks needs no
+// pod= in the hostfile.
+TEST_F(BuildPlan, PodBlocksUseDetectedTpuSlice) {
+  use_environment("tpu-v4", {"TPU_WORKER_HOSTNAMES=w0,w1", "TPU_WORKER_ID=1"});
+  const std::string hosts = write("hosts", "localhost slots=4\nother slots=4 TPU=4\n");
+  auto p = run({"--dry-run", "-n", "4", "--resources-per-rank", "TPU=1", "--pod-blocks", "4", "--hostfile", hosts,
+                "true"});
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  ASSERT_EQ(p->ranks.size(), 4u);
+  EXPECT_EQ(p->ranks[0].env.at("ACCRUN_POD"), "tpu-slice-w0");
+  EXPECT_EQ(p->ranks[3].env.at("ACCRUN_HOST"), "localhost");
+}
+
+// --num-gpus beyond an inherited mask would hand out ids the mask hides.
+TEST_F(BuildPlan, LogicalCountBeyondTheMaskIsRefused) {
+  use_environment("nvidia-8xh100", {"CUDA_VISIBLE_DEVICES=2,5,7"});
+  auto p = run({"--dry-run", "-n", "4", "--num-gpus", "4", "--gpus-per-rank", "1", "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("--num-gpus 4: CUDA_VISIBLE_DEVICES=2,5,7 leaves 3 GPUs visible"),
+            std::string::npos)
+      << p.status().message();
+  p = run({"--dry-run", "-n", "2", "--num-gpus", "2", "--gpus-per-rank", "1", "true"});
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->ranks[0].env.at("CUDA_VISIBLE_DEVICES"), "2");
+  EXPECT_EQ(p->ranks[1].env.at("CUDA_VISIBLE_DEVICES"), "5");
 }
 
 }  // namespace

@@ -82,10 +82,32 @@ const std::vector<std::string>& resource_names();
 Result<std::string> canonical_resource(std::string_view name);
 // Checks a per-rank quantity of a resource (fractions, whole, TPU 1/2/4/8).
 Status validate_request(std::string_view resource, Quantity q);
-// Canonical accelerator type for a model string or alias ("NVIDIA H100 80GB
-// HBM3" → "H100", "AMD-Instinct-MI300X-OAM" → "MI300X"); unknown names come
-// back upper-cased and readable rather than failing.
+// Canonical accelerator type of a name a user typed (--accelerator-type,
+// --host-accelerator-type, accelerator_type= in a hostfile): a canonical
+// name or alias, case-insensitively ("aws-neuron-core" → "AWS-NEURON-CORE",
+// "AMD-Instinct-MI300X-OAM" → "MI300X"), or a vendor model string ("NVIDIA
+// A100-SXM4-80GB" → "A100-80G").  Unknown names come back as written
+// (trimmed), so distinct names never collide.  Pure; thread-safe.
 std::string canonical_type(std::string_view name);
+// Canonical type of a model string a device reports (NVML, /proc, hwloc):
+// as canonical_type, but an unknown model is reduced to a readable name, its
+// words upper-cased and joined by '-' up to its model number, without the
+// vendor ("NVIDIA GeForce RTX 4090" → "GEFORCE-RTX-4090").  Pure.
+std::string type_from_model(std::string_view model);
+// `known` (from the PCI id, say "H200-SXM") refined by a reported model
+// string: the model's type, unless it only names `known`'s family ("NVIDIA
+// H200"), which would lose the variant.  Pure.
+std::string refine_type(std::string_view known, std::string_view model);
+// The family of a type: "A100" for "A100-80G", "AWS-NEURON-CORE" for
+// "TRAINIUM2"; a type without variants (or unknown) is its own family.
+std::string type_family(std::string_view type);
+// Whether a host whose devices are of `host_type` meets a request for
+// `requested` (both canonicalised): the same type, or a request that names
+// the host type's family.  "A100" is met by A100-40G and A100-80G hosts;
+// "A100-80G" only by A100-80G hosts (not by A100-40G, nor by an A100 of
+// unknown size); "aws-neuron-core" by every Inferentia and Trainium host.
+// Case-insensitive.  Pure; thread-safe.
+bool type_matches(std::string_view host_type, std::string_view requested);
 // The vendor that makes a canonical type, or empty if unknown.
 std::string vendor_of_type(std::string_view type);
 
@@ -95,6 +117,7 @@ struct AcceleratorType {
   std::string vendor;                // provider vendor: "nvidia"
   std::string resource;              // "GPU"
   std::vector<std::string> aliases;  // accepted spellings, Ray's strings among them
+  std::string family;                // the type without the variant ("A100" for "A100-80G"); "" if none
 };
 // The whole table, in display order.  Immutable; thread-safe.
 const std::vector<AcceleratorType>& accelerator_types();
@@ -108,7 +131,12 @@ std::string resource_of_type(std::string_view type);
 namespace types {
 inline constexpr std::string_view kV100 = "V100";
 inline constexpr std::string_view kA100 = "A100";
+inline constexpr std::string_view kA100_40G = "A100-40G";
+inline constexpr std::string_view kA100_80G = "A100-80G";
 inline constexpr std::string_view kH100 = "H100";
+inline constexpr std::string_view kH100Sxm = "H100-SXM";
+inline constexpr std::string_view kH100Pcie = "H100-PCIE";
+inline constexpr std::string_view kH100Nvl = "H100-NVL";
 inline constexpr std::string_view kH200 = "H200";
 inline constexpr std::string_view kB200 = "B200";
 inline constexpr std::string_view kGH200 = "GH200";
@@ -129,10 +157,26 @@ inline constexpr std::string_view kTpuV5P = "TPU-V5P";
 inline constexpr std::string_view kTpuV5LitePod = "TPU-V5LITEPOD";
 inline constexpr std::string_view kTpuV6E = "TPU-V6E";
 inline constexpr std::string_view kAscend910B = "ASCEND910B";
+inline constexpr std::string_view kAwsNeuronCore = "AWS-NEURON-CORE";
 inline constexpr std::string_view kTrainium1 = "TRAINIUM1";
 inline constexpr std::string_view kTrainium2 = "TRAINIUM2";
 inline constexpr std::string_view kInferentia2 = "INFERENTIA2";
 }  // namespace types
+
+// One cloud instance type (a hostfile's instance_type=): what it carries.
+// accrun-hostfile(5) lists the table with its sources.
+struct InstanceType {
+  std::string name;      // "p4d.24xlarge", "a3-highgpu-8g", "ct5lp-hightpu-4t"
+  std::string cloud;     // "aws", "gcp"
+  std::string resource;  // "GPU", "TPU", "HPU", "neuron_cores"
+  int count = 0;         // accelerators of `resource` (NeuronCores for Neuron: 32 on trn1.32xlarge)
+  int chips = 0;         // physical devices (16 Trainium chips on trn1.32xlarge); = count elsewhere
+  std::string type;      // canonical accelerator type ("A100-40G")
+};
+// The whole table, cloud by cloud.  Immutable; thread-safe.
+const std::vector<InstanceType>& instance_types();
+// The row of an instance type (case-insensitive), or null.  Not owned.
+const InstanceType* find_instance_type(std::string_view name);
 
 // The default vendor of a resource's logical devices ("GPU" → "nvidia").
 std::string default_vendor(std::string_view resource);
@@ -152,8 +196,13 @@ Result<std::vector<std::pair<std::string, Quantity>>> parse_resource_list(std::s
 // where sysfs gave none; with an XML topology and no GPU found in sysfs, the
 // XML's own GPUs (PCI vendor NVIDIA/AMD/Intel with a display, 3D or
 // processing-accelerator class); then visible-device restriction (the
-// inherited variables of config.environment), then the logical overrides,
-// then labels (TPU_NAME → pod, TPU_WORKER_ID → pod_order; NVLink clique).
+// inherited variables of config.environment; a negative id such as
+// CUDA_VISIBLE_DEVICES=-1 ends the list, so it hides every device, and the
+// variable is recorded in Inventory::masks), then the logical overrides (a
+// count beyond what an inherited mask shows is an invalid-argument error),
+// then labels on TPU hosts (TPU_NAME, else the first of TPU_WORKER_HOSTNAMES,
+// → pod, split per slice by MEGASCALE_SLICE_ID; TPU_WORKER_ID, else this
+// host's place in TPU_WORKER_HOSTNAMES, → pod_order) and the NVLink clique.
 //
 // XML topologies: Inventory::cores is filled from the XML so the planner can
 // plan with it, and Inventory::topology_from_xml is set: such cores describe

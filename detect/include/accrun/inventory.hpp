@@ -4,6 +4,7 @@
 // form is pinned by DESIGN.md §9 (`accrun --detect --json`).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,6 +50,11 @@ struct Inventory {
   // rather than this machine: plan with them, never bind real processes to
   // them.  Not in the JSON.
   bool topology_from_xml = false;
+  // Resource → the inherited visible-devices variables that restricted this
+  // host's devices of it, as "VAR=value" ("GPU" → "CUDA_VISIBLE_DEVICES=-1"),
+  // so messages about missing devices can name the mask.  Set by detection
+  // only; not in the JSON.
+  std::map<std::string, std::string> masks;
 };
 
 }  // namespace accrun::detect

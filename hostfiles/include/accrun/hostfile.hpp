@@ -31,6 +31,8 @@ struct HostEntry {
   std::optional<int> gpus;                               // gpus=N
   std::vector<std::pair<std::string, detect::Quantity>> resources;  // resources=TPU:4,...
   std::optional<std::string> accelerator_type;           // accelerator_type=H100
+  std::optional<std::string> instance_type;              // instance_type=p4d.24xlarge (its devices and
+                                                         // type are in resources/accelerator_type)
   detect::Labels labels;                                 // pod= zone= region=
   std::optional<int> pod_order;                          // worker= (order inside the pod)
   std::string origin;                                    // "FILE:LINE" or "-H" for messages
@@ -75,6 +77,11 @@ Result<std::vector<int>> parse_counts_per_node(std::string_view text);
 std::string printable(std::string_view text);
 // The Inventory a declared host has before anyone has looked at it.
 detect::Inventory declared_inventory(const HostEntry& entry);
+// The Inventory of a host whose own detection (this host's, or its agent's)
+// found `detected`: detected hardware wins over what the entry declares
+// (gpus=, resources=, accelerator_type=, instance_type=); the entry's name,
+// group labels and worker order are put on top.  Pure; thread-safe.
+detect::Inventory detected_inventory(const HostEntry& entry, detect::Inventory detected);
 
 // Parses a resource list "NAME=Q[,NAME:Q...]" (both separators accepted, as
 // everywhere a quantity is written).  Names come back canonical ("gpu" →

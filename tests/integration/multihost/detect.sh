@@ -32,7 +32,7 @@ for fanout in 1 32; do
   out=$("$accrun" --detect --json --fanout $fanout --hostfile "$ACCRUN_TESTBED_HOSTFILE" --launch-agent "$agent" 2>&1)
   rc=$?
   check "json fanout=$fanout exit 0" "^0$" "$rc"
-  check "json fanout=$fanout h1 H100" '"host": "h1", [^]]*"type": "H100"' "$out"
+  check "json fanout=$fanout h1 H100" '"host": "h1", [^]]*"type": "H100-SXM"' "$out"
   check "json fanout=$fanout h2 MI300X" '"host": "h2", [^]]*"type": "MI300X"' "$out"
   check "json fanout=$fanout h3 GAUDI2" '"host": "h3", [^]]*"resource": "HPU", "id": 7, "type": "GAUDI2"' "$out"
   check "json fanout=$fanout h4 nothing" '"host": "h4", [^]]*"accelerators": \[\]' "$out"
