@@ -248,10 +248,20 @@ int Controller::run() {
     }
     entries_ = std::move(*entries);
   }
+  const auto t0 = Clock::now();
+  auto trace = [&](const char* what) {
+    if (log_level() >= LogLevel::kDebug)
+      log(LogLevel::kDebug, "controller %8.3f ms  %s",
+          std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), what);
+  };
   if (int rc = start_agents(); rc != 0) return rc;
+  trace("agents up");
   int rc = plan_and_launch();
+  trace("launch sent");
   if (rc < 0) rc = loop();
+  trace("every host done");
   agents_->shutdown();
+  trace("agents gone");
   return rc;
 }
 
