@@ -1,4 +1,4 @@
-// Detection of a 16-GPU fixture host (DESIGN.md §8: < 50 ms, vendor-library
+// Detection of a 16-GPU fixture host (docs/design.md §8: < 50 ms, vendor-library
 // start-up excluded).  A program, not a test:
 //   bench_detect [fixtures dir] [iterations]
 // Times detect_host() on tests/fixtures/sysfs/nvidia-16xh100 (the PCI scan,

@@ -1,4 +1,4 @@
-// The planner benchmark (DESIGN.md §8): plan() of 80,000 ranks on 10,000
+// The planner benchmark (docs/design.md §8): plan() of 80,000 ranks on 10,000
 // hosts with 8 GPUs each in 1,250 pods of 8 hosts, and the JSON of it.
 //
 //   bench_planner                         time plan() and plan_to_json()

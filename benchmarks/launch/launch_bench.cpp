@@ -1,4 +1,4 @@
-// The launch benchmark (DESIGN.md §8): `accrun -n N /bin/true` against
+// The launch benchmark (docs/design.md §8): `accrun -n N /bin/true` against
 // `mpirun --oversubscribe -n N /bin/true` and a bare spawn-all-then-wait
 // loop, N = 1, 8, 32, 64, interleaved in one run; then an Open MPI hello at
 // N = 8 and 32 under both launchers.  A run past the limit is killed and

@@ -1,6 +1,6 @@
 // Device buffers for -d cuda and the raw-nccl table entry: the same
 // operations as plain NCCL calls on a communicator of every rank, the
-// reference the NCCL backend is held to (DESIGN.md §8: at most 1 µs over raw
+// reference the NCCL backend is held to (docs/design.md §8: at most 1 µs over raw
 // NCCL per call).  The CUDA runtime and NCCL are loaded with dlopen, as
 // libaccrun does; their headers give the types only (ACCRUN_HAVE_NCCL).
 #pragma once

@@ -1,4 +1,4 @@
-// AUTO backend selection (DESIGN.md §5, accrun(7) BACKENDS).
+// AUTO backend selection (docs/design.md §5, accrun(7) BACKENDS).
 //
 // A pure function of facts the runtime gathered from every member during
 // group init: every member evaluates the same facts in the same order and so

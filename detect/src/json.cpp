@@ -1,4 +1,4 @@
-// `accrun --detect` output: the table, and DESIGN.md §9's JSON (written and
+// `accrun --detect` output: the table, and docs/design.md §9's JSON (written and
 // read back: the job controller reads agents' inventories with from_json),
 // through nlohmann-json.
 #include <limits>

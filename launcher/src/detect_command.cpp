@@ -1,6 +1,6 @@
 // accrun --detect [--json]: this host's inventory, or with --hostfile / -H
 // every listed host's, each detected by an agent on its own host, as a
-// table or as DESIGN.md §9's JSON (one entry per host).
+// table or as docs/design.md §9's JSON (one entry per host).
 #include <signal.h>
 
 #include <cstdio>

@@ -41,7 +41,7 @@ int dry_run_main(const Options& options, char** envp) {
   if (p) add_launch_time_env(*p, options.mpi);
   if (!p) {
     std::fprintf(stderr, "accrun: %s\n", p.status().message().c_str());
-    // Bad input exits 2 (DESIGN.md §9); a failure to look at this host is 1.
+    // Bad input exits 2 (docs/design.md §9); a failure to look at this host is 1.
     return p.status().code() == Code::kSystem ? 1 : 2;
   }
   const std::string text = options.json ? plan_to_json(*p) : format_plan_table(*p);

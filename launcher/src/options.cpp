@@ -1,4 +1,4 @@
-// The accrun command line (DESIGN.md §9, accrun(1)) with Boost.Program_options.
+// The accrun command line (docs/design.md §9, accrun(1)) with Boost.Program_options.
 //
 // Every value is taken as a string and converted here, so each bad value gets
 // a message that names the option, says what is wrong and suggests the fix;

@@ -1,5 +1,5 @@
 // The plan as `accrun --dry-run` prints it: a readable table, and the JSON
-// object of DESIGN.md §9.  Both are built by appending to one string, so
+// object of docs/design.md §9.  Both are built by appending to one string, so
 // 80,000 ranks print in milliseconds.
 #include <algorithm>
 #include <cstdio>

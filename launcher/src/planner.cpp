@@ -1,4 +1,4 @@
-// The placement planner (DESIGN.md §3–4, accrun(7) PLACEMENT): a pure
+// The placement planner (docs/design.md §3–4, accrun(7) PLACEMENT): a pure
 // function from a JobSpec and the hosts to a Plan.  No I/O, no getenv.
 //
 // Work is linear in hosts + ranks (+ groups × blocks for --pod-blocks), so

@@ -1,4 +1,4 @@
-// groups.hpp — named groups over the job's name directory (DESIGN.md §5,
+// groups.hpp — named groups over the job's name directory (docs/design.md §5,
 // accrun(7) NAMED GROUPS).
 //
 // Key layout (every key under "accrun.g/<escaped name>/<epoch>/"):

@@ -1,4 +1,4 @@
-// The --detect JSON (DESIGN.md §9): written, read back, and bad input.
+// The --detect JSON (docs/design.md §9): written, read back, and bad input.
 #include <gtest/gtest.h>
 
 #include "accrun/detect.hpp"

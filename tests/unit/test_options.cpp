@@ -1,4 +1,4 @@
-// The accrun command line (DESIGN.md §9, accrun(1)).
+// The accrun command line (docs/design.md §9, accrun(1)).
 #include <gtest/gtest.h>
 
 #include <initializer_list>

@@ -12,7 +12,7 @@ TEST(Status, DefaultIsOk) {
 }
 
 TEST(Status, CodesMatchTheCApi) {
-  // DESIGN.md §9 pins these values; accrun.h mirrors them.
+  // docs/design.md §9 pins these values; accrun.h mirrors them.
   EXPECT_EQ(static_cast<int>(Code::kInvalidArgument), 1);
   EXPECT_EQ(static_cast<int>(Code::kInvalidUsage), 2);
   EXPECT_EQ(static_cast<int>(Code::kNotSupported), 3);

@@ -122,7 +122,7 @@ Result<std::unique_ptr<Backend>> make_store_backend(const GroupContext& ctx);   
 Result<std::unique_ptr<Backend>> make_mpi_backend(const GroupContext& ctx);     // mpi/: kNotSupported without MPI
 Result<std::unique_ptr<Backend>> make_nccl_backend(const GroupContext& ctx);    // nccl/: kNotSupported without NCCL
 
-// AUTO selection (DESIGN.md §5).  The runtime gathers these facts from every
+// AUTO selection (docs/design.md §5).  The runtime gathers these facts from every
 // member during group init, so every member computes the same answer.
 struct MemberFacts {
   std::string host;

@@ -1,7 +1,7 @@
 // accrun/json.hpp — the JSON accrun reads and writes (--detect --json, the
 // agents' inventories, --dry-run --json), through nlohmann-json.  accrun
 // writes its JSON on one line with ", " between members and ": " after keys
-// (DESIGN.md §9 shows it so, and tests match it).
+// (docs/design.md §9 shows it so, and tests match it).
 #pragma once
 
 #include <string>

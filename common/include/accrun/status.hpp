@@ -3,7 +3,7 @@
 // Failures that can happen (bad input, a missing device, a dead peer, a
 // timeout, a failed syscall) are values, never exceptions: a Status carries a
 // code and a message with context, and Result<T> carries either a T or a
-// Status.  Codes are the C API's status codes (DESIGN.md §9), so a Status
+// Status.  Codes are the C API's status codes (docs/design.md §9), so a Status
 // crosses into accrun.h as its integer value.
 #pragma once
 

@@ -1,5 +1,5 @@
 // accrun/detect.hpp — the detection stage: accelerator providers, the
-// resource and type tables, and the host Inventory (DESIGN.md §3–4).
+// resource and type tables, and the host Inventory (docs/design.md §3–4).
 #pragma once
 
 #include <map>
@@ -236,7 +236,7 @@ std::string format_cpulist(const std::vector<int>& ids);
 // {0,1,3} → "0,1,3" (the form of the visible-devices variables).
 std::string join_ids(const std::vector<int>& ids);
 
-// `accrun --detect` output: a readable table, and DESIGN.md §9's JSON (one
+// `accrun --detect` output: a readable table, and docs/design.md §9's JSON (one
 // line, newline-terminated).  Pure; thread-safe.
 std::string format_table(const std::vector<Inventory>& hosts);
 std::string to_json(const std::vector<Inventory>& hosts);

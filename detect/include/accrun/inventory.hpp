@@ -1,7 +1,7 @@
 // accrun/inventory.hpp — what one host has: CPUs, NUMA nodes, accelerators
 // and group labels.  Built by detection on a real host, or from a hostfile's
 // declared resources for hosts the launcher has not reached yet.  The JSON
-// form is pinned by DESIGN.md §9 (`accrun --detect --json`).
+// form is pinned by docs/design.md §9 (`accrun --detect --json`).
 #pragma once
 
 #include <map>
@@ -25,7 +25,7 @@ struct Accelerator {
   bool logical = false;               // true for devices that exist only by override
 };
 
-// Group labels at levels of increasing reach (DESIGN.md §3).
+// Group labels at levels of increasing reach (docs/design.md §3).
 struct Labels {
   std::optional<std::string> pod;
   std::optional<std::string> zone;

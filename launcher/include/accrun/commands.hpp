@@ -1,6 +1,6 @@
 // accrun/commands.hpp — the accrun program's modes, each a function of the
 // parsed options and the environment accrun started with.  Each returns the
-// process exit status (DESIGN.md §9: 0, 2 for bad input, ...).
+// process exit status (docs/design.md §9: 0, 2 for bad input, ...).
 #pragma once
 
 #include <map>

@@ -1,4 +1,4 @@
-// accrun/options.hpp — the accrun command line (DESIGN.md §9, accrun(1)).
+// accrun/options.hpp — the accrun command line (docs/design.md §9, accrun(1)).
 #pragma once
 
 #include <optional>

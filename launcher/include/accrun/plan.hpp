@@ -1,4 +1,4 @@
-// accrun/plan.hpp — the placement planner (DESIGN.md §3–4): a pure function
+// accrun/plan.hpp — the placement planner (docs/design.md §3–4): a pure function
 // from a JobSpec and the hosts' Inventories to a Plan, or a clear error.
 #pragma once
 
@@ -53,7 +53,7 @@ struct RankPlan {
   int local_rank = 0;
   std::vector<AssignedDevice> devices;
   std::string cpus;                    // hwloc list string; "" where the topology is unknown
-  Env env;                             // exactly what accrun sets for the rank (DESIGN.md §9)
+  Env env;                             // exactly what accrun sets for the rank (docs/design.md §9)
 };
 
 struct Plan {
@@ -64,7 +64,7 @@ struct Plan {
 
 Result<Plan> plan(const JobSpec& spec, const std::vector<HostSlots>& hosts);
 
-// `accrun --dry-run` output: a readable table, and DESIGN.md §9's JSON.
+// `accrun --dry-run` output: a readable table, and docs/design.md §9's JSON.
 std::string format_plan_table(const Plan& plan);
 std::string plan_to_json(const Plan& plan);
 

@@ -1,5 +1,5 @@
 // agent_main.cpp — `accrun --daemon`: the node agent on another host
-// (DESIGN.md §4, accrun(1) "LAUNCHING ON SEVERAL HOSTS").  It reads the job's
+// (docs/design.md §4, accrun(1) "LAUNCHING ON SEVERAL HOSTS").  It reads the job's
 // secret and its launch description on standard input, starts its part of
 // the launch tree, connects back to the controller proving the secret,
 // detects its host and says hello with its inventory; then it serves the
@@ -172,7 +172,7 @@ int serve(int fd, const std::string& me, char** envp, std::vector<LaunchProcess>
         if (auto it = cfg.inherited.find("TMPDIR"); it != cfg.inherited.end() && !it->second.empty())
           cfg.tmpdir = it->second;
         // A topology read from XML describes some other machine: it plans,
-        // it never binds real processes (DESIGN.md §4).
+        // it never binds real processes (docs/design.md §4).
         if (cfg.inherited.count("HWLOC_XMLFILE") != 0) cfg.bind = false;
         struct stat st;
         if (cfg.wdir && cfg.wdir_soft && (stat(cfg.wdir->c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) cfg.wdir.reset();

@@ -1,5 +1,5 @@
 // janitor.hpp — job directories and the janitor process that cleans up
-// after accrun if accrun dies, even by SIGKILL (DESIGN.md §4, §6).
+// after accrun if accrun dies, even by SIGKILL (docs/design.md §4, §6).
 #pragma once
 
 #include <sys/types.h>

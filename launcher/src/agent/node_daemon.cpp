@@ -1,5 +1,5 @@
 // The node daemon: one event-loop thread that owns the job (accrun(1),
-// accrun(7), DESIGN.md §4 and §6).  It waits in epoll on a signalfd
+// accrun(7), docs/design.md §4 and §6).  It waits in epoll on a signalfd
 // (SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2), the PMIx upcall
 // queue's eventfd, the ranks' output pipes and stdin; deadlines (--timeout,
 // --kill-grace, lookups with PMIX_TIMEOUT) are epoll timeouts.

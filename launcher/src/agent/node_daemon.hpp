@@ -1,5 +1,5 @@
 // node_daemon.hpp — the node daemon: carries out one host's share of
-// a Plan (DESIGN.md §4, §6).  It is a PMIx server, spawns the ranks, forwards
+// a Plan (docs/design.md §4, §6).  It is a PMIx server, spawns the ranks, forwards
 // their I/O and accrun's signals, applies the failure policy and cleans up on
 // every exit path (a janitor process covers accrun's own death).
 #pragma once
@@ -135,7 +135,7 @@ struct RunConfig {
 std::string new_job_id();
 
 // Runs this host's ranks of `plan` to completion and returns accrun's exit
-// status (DESIGN.md §9: 0; the first failing rank's status; 124 on
+// status (docs/design.md §9: 0; the first failing rank's status; 124 on
 // --timeout; 126/127 when the program cannot be executed; 130 after Ctrl-C).
 // Blocks.  Must be called from the process's main thread before any other
 // thread exists (it blocks signals, forks a janitor and starts PMIx); at most

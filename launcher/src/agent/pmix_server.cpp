@@ -402,7 +402,7 @@ Result<std::unique_ptr<PmixServer>> PmixServer::start(const std::string& rendezv
   // Our own topology of this host, without I/O devices: left to itself the
   // library discovers PCI and GPU devices (about 60 ms here).  An XML file
   // named by HWLOC_XMLFILE describes some other machine: it is for planning
-  // only and must not reach PMIx or the ranks' binding (DESIGN.md §4).
+  // only and must not reach PMIx or the ranks' binding (docs/design.md §4).
   unsetenv("HWLOC_XMLFILE");
   auto t0 = std::chrono::steady_clock::now();
   hwloc_topology_t topo = nullptr;

@@ -1,4 +1,4 @@
-// pmix_server.hpp — the node agent's PMIx server (DESIGN.md §4, accrun(7)
+// pmix_server.hpp — the node agent's PMIx server (docs/design.md §4, accrun(7)
 // "THE LAUNCHER AND THE RUNTIME").  Wraps the OpenPMIx server library: init,
 // the job's namespace, its clients, and the host upcalls.  Upcalls arrive on
 // PMIx's progress thread; they only copy their arguments into an UpcallQueue

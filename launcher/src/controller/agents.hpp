@@ -2,7 +2,7 @@
 // addresses of its own, starts `accrun --daemon` on every host through the
 // launch agent (as a tree, launch_agent.hpp), proves each connection with
 // the job's secret, and collects each agent's hello: its host and what it
-// detected there (DESIGN.md §4).
+// detected there (docs/design.md §4).
 #pragma once
 
 #include <sys/types.h>

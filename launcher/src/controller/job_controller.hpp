@@ -1,5 +1,5 @@
 // job_controller.hpp — the job controller for a job that spans hosts
-// (DESIGN.md §4): it starts an agent on every host (agents.hpp), plans from
+// (docs/design.md §4): it starts an agent on every host (agents.hpp), plans from
 // what they detected, hands each agent its part, routes fences between
 // them, prints the ranks' output, applies the failure policy, --timeout and
 // signals, and decides the exit status.  Ranks never run in the
@@ -14,7 +14,7 @@
 
 namespace accrun::launcher {
 
-// Runs the job of `options` and returns accrun's exit status (DESIGN.md
+// Runs the job of `options` and returns accrun's exit status (docs/design.md
 // §9).  Without `plan`, on the hosts of its hostfile or -H list, planned
 // from what their agents detect; with `plan` (every host of it this one),
 // as planned.  Blocks; call from the main thread before any other thread

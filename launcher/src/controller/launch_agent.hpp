@@ -1,6 +1,6 @@
 // launch_agent.hpp — how the job controller (and agents, for their part of
 // the tree) start `accrun --daemon` on other hosts (accrun(1) "LAUNCHING ON
-// SEVERAL HOSTS", DESIGN.md §4 "Starting agents").
+// SEVERAL HOSTS", docs/design.md §4 "Starting agents").
 //
 // A launch agent is a command: `ssh -o BatchMode=yes` by default, run as
 // `CMD HOST 'AGENT COMMAND LINE'` (like mpirun's plm_rsh_agent), or a

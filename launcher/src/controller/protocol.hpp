@@ -1,5 +1,5 @@
 // protocol.hpp — the messages between the job controller and the node
-// agents (DESIGN.md §4), carried in wire frames (wire/frame.hpp) after the
+// agents (docs/design.md §4), carried in wire frames (wire/frame.hpp) after the
 // handshake that proves the job's secret (wire/auth.hpp).  Each payload is
 // written with wire::Writer and read with wire::Reader; the field lists
 // below are the whole format.

@@ -1,6 +1,6 @@
 // wire/auth.hpp — the job secret and the mutual handshake on every agent connection.
 //
-// DESIGN.md §4 "Trust": every job has a fresh 256-bit secret, handed to each
+// docs/design.md §4 "Trust": every job has a fresh 256-bit secret, handed to each
 // agent on its launch agent's stdin, and every connection between a parent
 // (the controller, or an agent that started others) and a child (an agent)
 // proves knowledge of it in both directions before any frame is trusted.

@@ -20,7 +20,7 @@ extern "C" {
 #define ACCRUN_VERSION_MINOR 1
 #define ACCRUN_VERSION_PATCH 0
 
-/* Status codes (DESIGN.md §9). */
+/* Status codes (docs/design.md §9). */
 enum {
   ACCRUN_SUCCESS = 0,
   ACCRUN_ERR_INVALID_ARGUMENT = 1, /* a bad argument: null pointer, unknown dtype, rank out of range */
