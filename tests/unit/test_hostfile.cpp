@@ -525,6 +525,10 @@ TEST(SlurmNodeList, ExpandsSlurmsForms) {
       {"node-[1-2].cluster", {"node-1.cluster", "node-2.cluster"}},
       {"x[0-0]", {"x0"}},
       {"tux[5]", {"tux5"}},
+      {"tux[0-3,5]", {"tux0", "tux1", "tux2", "tux3", "tux5"}},
+      {"dev[01-02]-ib0", {"dev01-ib0", "dev02-ib0"}},
+      {"r[01-02]n[8-9]", {"r01n8", "r01n9", "r02n8", "r02n9"}},
+      {"gpu[098-101]", {"gpu098", "gpu099", "gpu100", "gpu101"}},
   };
   for (const auto& c : cases) {
     auto got = accrun::hostfiles::expand_node_list(c.list);
