@@ -408,7 +408,7 @@ TEST(PmiFence, GoesThroughTheRouterWithItsOwnSignature) {
 TEST(PmiFence, MalformedDataFromTheRouterFailsTheFence) {
   Job job(1);
   job.ev.fence_router = [&](const std::string&, std::string, std::function<void(bool, std::string)> done) {
-    done(true, std::string("\x05\x00\x00\x00ab", 6));
+    done(true, std::string{'\x05', '\0', '\0', '\0', 'a', 'b'});  // a 5-byte length, 2 bytes
   };
   job.send(0, kInit1);
   EXPECT_EQ(field(fields_of(job.send(0, "cmd=barrier_in\n")), "rc"), "-1");
