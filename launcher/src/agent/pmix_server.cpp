@@ -397,6 +397,12 @@ Result<std::unique_ptr<PmixServer>> PmixServer::start(const std::string& rendezv
   // library reads its MCA parameters from the environment at init, before
   // any thread of ours exists.
   setenv("PMIX_MCA_pmix_server_fence_localonly_opt", "0", 1);
+  // The job's data in the library's hash store, not its shared-memory one
+  // (ds21): with 256 hosts the shared-memory store fails to take every
+  // host's fence data (dstore_base.c, 'PMIX ERROR') and the fence never
+  // completes; each agent serves few local clients, so the hash store costs
+  // little.  A user's PMIX_MCA_gds still wins.
+  setenv("PMIX_MCA_gds", "hash", 0);
   std::unique_ptr<PmixServer> server(new PmixServer(queue, events));
   static pmix_server_module_t module = make_module();  // the library keeps the pointer
   // Our own topology of this host, without I/O devices: left to itself the
