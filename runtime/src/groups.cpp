@@ -307,9 +307,30 @@ Result<std::shared_ptr<Group>> GroupManager::create(const std::string& name, int
     return st;
   }
   g->backend = std::move(backend).value();
-  // Host-memory groups (store, MPI) get the default data-call timeout; an
-  // NCCL group keeps its backend's own behaviour (stream-ordered calls).
-  g->timeout_ms = opts_.data_timeout_ms < 0 || kind == BackendKind::kNccl ? -1 : opts_.data_timeout_ms;
+  if (!requested && kind == BackendKind::kNccl) {
+    // AUTO on GPUs: buffers decide, per call.  Host buffers go to a host
+    // backend made now, with the same members: MPI when every member has
+    // initialised it, the store otherwise.
+    bool all_mpi = true;
+    for (const auto& f : facts) all_mpi = all_mpi && f.mpi_initialized;
+    const BackendKind host_kind = all_mpi ? BackendKind::kMpi : BackendKind::kStore;
+    ctx.timeout_ms = std::max(remaining_ms(), 1);
+    g->host_rendezvous = std::make_unique<GroupRendezvous>(dir_, p + "host/");  // keys of its own
+    ctx.rendezvous = g->host_rendezvous.get();
+    auto host = factory_(host_kind, ctx);
+    if (!host) {
+      Status st = host.status().with_context(label + " (backend " + collectives::backend_name(host_kind) +
+                                             ", for host buffers beside NCCL)");
+      close(p, encode_closed(st.code(), st.message()));
+      return st;
+    }
+    log(LogLevel::kDebug, "%s epoch %llu: host buffers go to the %s backend, GPU buffers to NCCL", label.c_str(),
+        static_cast<unsigned long long>(epoch), collectives::backend_name(host_kind));
+    g->backend = collectives::make_routed_backend(std::move(g->backend), std::move(host).value(), name);
+  }
+  // Every group gets the default data-call timeout (an NCCL group's
+  // watchdog aborts the communicator past it).
+  g->timeout_ms = opts_.data_timeout_ms < 0 ? -1 : opts_.data_timeout_ms;
   g->backend->set_timeout(g->timeout_ms);
   return g;
 }

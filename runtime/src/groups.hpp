@@ -7,6 +7,7 @@
 //   closed       the incarnation is over: "destroyed ..." or the reason its
 //                init failed; newcomers skip closed incarnations
 //   rv/<key>     the backend's rendezvous keys (collectives::Rendezvous)
+//   host/rv/<key> an AUTO group's host backend beside NCCL: its own keys
 // Keys stay published until the job ends: a member that destroys a group
 // early must not pull a key from under a slower member still joining it.
 // A process remembers the next epoch per name, so a name it destroyed and
@@ -61,6 +62,7 @@ struct Group {
   collectives::BackendKind kind = collectives::BackendKind::kStore;
   std::vector<collectives::Member> members;
   std::unique_ptr<GroupRendezvous> rendezvous;  // outlives the backend (declared first)
+  std::unique_ptr<GroupRendezvous> host_rendezvous;  // AUTO on GPUs: the host backend's, under "host/"
   std::unique_ptr<collectives::Backend> backend;
   int timeout_ms = -1;
 };

@@ -122,6 +122,22 @@ Result<std::unique_ptr<Backend>> make_store_backend(const GroupContext& ctx);   
 Result<std::unique_ptr<Backend>> make_mpi_backend(const GroupContext& ctx);     // mpi/: kNotSupported without MPI
 Result<std::unique_ptr<Backend>> make_nccl_backend(const GroupContext& ctx);    // nccl/: kNotSupported without NCCL
 
+// An AUTO group whose members each hold one whole GPU: NCCL for buffers in
+// GPU memory and `host` (the store, or MPI when every member initialised
+// it) for buffers in host memory, decided per call by where the buffers
+// live (memory_kind), so a host pointer never reaches NCCL.  Both backends
+// are made together at init.  Every member must pass the same kind of
+// memory to one call; a call mixing host and device buffers is refused.
+// Barriers use the host backend; brackets open on both.  (collectives/src/routed.cpp)
+std::unique_ptr<Backend> make_routed_backend(std::unique_ptr<Backend> device, std::unique_ptr<Backend> host,
+                                             std::string group_name);
+
+// Where a buffer lives, as the CUDA runtime the NCCL backend loads says
+// (cudaPointerGetAttributes; the last answers are cached per thread).
+// kHost for a null pointer and wherever that runtime does not load.
+enum class MemoryKind { kHost, kDevice, kManaged };
+MemoryKind memory_kind(const void* p);
+
 // AUTO selection (docs/design.md §5).  The runtime gathers these facts from every
 // member during group init, so every member computes the same answer.
 struct MemberFacts {
