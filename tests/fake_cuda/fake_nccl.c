@@ -51,7 +51,12 @@ struct ncclComm {
   struct timespec async_at;
   cudaStream_t streams[64]; /* streams its operations were queued on */
   int nstreams;
+  struct ncclComm *next_dead;
 };
+
+/* Aborted and destroyed communicators are kept, never freed, so a later
+ * call on one is caught; listed here so leak checkers see them reachable. */
+static struct ncclComm *dead;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -241,7 +246,9 @@ ncclResult_t ncclCommAbort(ncclComm_t c) {
   say(c, "abort");
   pthread_mutex_lock(&mu);
   for (int i = 0; i < c->nstreams; ++i) fake_cuda_stream_release(c->streams[i]);
-  c->magic = kDead; /* kept, not freed, so a later call is caught */
+  c->magic = kDead;
+  c->next_dead = dead;
+  dead = c;
   pthread_mutex_unlock(&mu);
   return ncclSuccess;
 }
@@ -255,7 +262,11 @@ ncclResult_t ncclCommFinalize(ncclComm_t c) {
 ncclResult_t ncclCommDestroy(ncclComm_t c) {
   check_alive(c, "ncclCommDestroy");
   say(c, "destroy");
+  pthread_mutex_lock(&mu);
   c->magic = kDead;
+  c->next_dead = dead;
+  dead = c;
+  pthread_mutex_unlock(&mu);
   return ncclSuccess;
 }
 
