@@ -100,7 +100,17 @@ struct GroupSpec {
   int size = 1;
   std::vector<int> job_ranks;  // default: 0..size-1
   int timeout_ms = 20'000;     // every wait in a test is bounded
+  // Host of each group rank (default: all on "localhost").  Members on
+  // different hosts make a hierarchical group: shared memory inside each
+  // "host", TCP (here over this machine's own addresses) between them.
+  std::string hosts;           // one letter per group rank: "aabb"
 };
+
+// The spec on hosts named by letters, one per group rank.
+inline GroupSpec on_hosts(GroupSpec g, std::string hosts) {
+  g.hosts = std::move(hosts);
+  return g;
+}
 
 inline GroupSpec spec(std::string name, int size, int timeout_ms = 20'000, std::vector<int> job_ranks = {},
                       std::uint64_t epoch = 1) {
@@ -124,7 +134,7 @@ class World {
     for (int q = 0; q < g.size; ++q) {
       Member m;
       m.job_rank = g.job_ranks.empty() ? q : g.job_ranks[static_cast<std::size_t>(q)];
-      m.host = "localhost";
+      m.host = g.hosts.empty() ? std::string("localhost") : std::string("host-") + g.hosts[static_cast<std::size_t>(q)];
       m.local_rank = m.job_rank;
       m.pid = static_cast<long>(getpid());
       ctx.members.push_back(m);

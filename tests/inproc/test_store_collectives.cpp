@@ -22,12 +22,21 @@ std::string what(const char* coll, DType dt, Op op, std::size_t count, bool in_p
   return s;
 }
 
-class StoreWorld : public ::testing::TestWithParam<int> {};
+// A world: its size, and the host of each rank (empty: one host).
+struct Layout {
+  int size;
+  const char* hosts;
+};
+
+class StoreWorld : public ::testing::TestWithParam<Layout> {
+ protected:
+  static GroupSpec at(GroupSpec g) { return on_hosts(std::move(g), GetParam().hosts); }
+};
 
 TEST_P(StoreWorld, AllreduceEveryDtypeOpInPlaceAndNot) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   World w;
-  w.run(spec("allreduce", p), [&](int r, Backend& b) {
+  w.run(at(spec("allreduce", p)), [&](int r, Backend& b) {
     for (DType dt : kAllDTypes)
       for (Op op : kAllOps)
         for (std::size_t count : kCounts)
@@ -47,9 +56,9 @@ TEST_P(StoreWorld, AllreduceEveryDtypeOpInPlaceAndNot) {
 }
 
 TEST_P(StoreWorld, ReduceEveryDtypeOpRotatingRoot) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   World w;
-  w.run(spec("reduce", p), [&](int r, Backend& b) {
+  w.run(at(spec("reduce", p)), [&](int r, Backend& b) {
     int root = 0;
     for (DType dt : kAllDTypes)
       for (Op op : kAllOps)
@@ -75,9 +84,9 @@ TEST_P(StoreWorld, ReduceEveryDtypeOpRotatingRoot) {
 }
 
 TEST_P(StoreWorld, ReduceAndBroadcastFromEachRoot) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   World w;
-  w.run(spec("roots", p), [&](int r, Backend& b) {
+  w.run(at(spec("roots", p)), [&](int r, Backend& b) {
     for (int root = 0; root < p; ++root)
       for (DType dt : kAllDTypes)
         for (std::size_t count : {std::size_t{3}, std::size_t{6000}}) {
@@ -99,9 +108,9 @@ TEST_P(StoreWorld, ReduceAndBroadcastFromEachRoot) {
 }
 
 TEST_P(StoreWorld, AllgatherEveryDtypeInPlaceAndNot) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   World w;
-  w.run(spec("allgather", p), [&](int r, Backend& b) {
+  w.run(at(spec("allgather", p)), [&](int r, Backend& b) {
     for (DType dt : kAllDTypes)
       for (std::size_t count : kCounts)
         for (bool in_place : {false, true}) {
@@ -125,9 +134,9 @@ TEST_P(StoreWorld, AllgatherEveryDtypeInPlaceAndNot) {
 }
 
 TEST_P(StoreWorld, ReducescatterEveryDtypeOpInPlaceAndNot) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   World w;
-  w.run(spec("reducescatter", p), [&](int r, Backend& b) {
+  w.run(at(spec("reducescatter", p)), [&](int r, Backend& b) {
     for (DType dt : kAllDTypes)
       for (Op op : kAllOps)
         for (std::size_t count : {std::size_t{1}, std::size_t{100}, std::size_t{3000}})
@@ -147,10 +156,10 @@ TEST_P(StoreWorld, ReducescatterEveryDtypeOpInPlaceAndNot) {
 }
 
 TEST_P(StoreWorld, BarrierOrdersEveryRank) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   World w;
   std::atomic<int> arrived{0};
-  w.run(spec("barrier", p), [&](int, Backend& b) {
+  w.run(at(spec("barrier", p)), [&](int, Backend& b) {
     for (int round = 1; round <= 50; ++round) {
       arrived.fetch_add(1);
       ASSERT_TRUE(b.barrier().is_ok());
@@ -161,8 +170,15 @@ TEST_P(StoreWorld, BarrierOrdersEveryRank) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, StoreWorld, ::testing::Values(1, 2, 3, 4, 8),
-                         [](const auto& info) { return "ranks" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Sizes, StoreWorld,
+                         ::testing::Values(Layout{1, ""}, Layout{2, ""}, Layout{3, ""}, Layout{4, ""}, Layout{8, ""}),
+                         [](const auto& info) { return "ranks" + std::to_string(info.param.size); });
+// Across hosts: 2 hosts × 2 ranks, 4 hosts × 1, uneven hosts whose ranks
+// interleave (leaders are not group rank 0 of the exchange order).
+INSTANTIATE_TEST_SUITE_P(Hosts, StoreWorld,
+                         ::testing::Values(Layout{4, "aabb"}, Layout{4, "abcd"}, Layout{3, "aba"},
+                                           Layout{5, "abacb"}),
+                         [](const auto& info) { return std::string("hosts_") + info.param.hosts; });
 
 // Broadcast roots run ahead of their readers through the broadcast rings:
 // while one rank stalls, the others broadcast (from rotating roots, small
@@ -191,9 +207,9 @@ TEST(StoreBroadcast, RootsRunAheadOfAStalledReader) {
 
 // 4 MiB and more: allreduce, broadcast and allgather across many chunks.
 TEST(StoreLarge, FourMiBAndMore) {
-  for (int p : {2, 4}) {
+  for (auto [p, hosts] : {std::pair<int, const char*>{2, ""}, {4, ""}, {4, "aabb"}, {3, "abc"}}) {
     World w;
-    w.run(spec("large", p), [&](int r, Backend& b) {
+    w.run(on_hosts(spec("large", p), hosts), [&](int r, Backend& b) {
       const std::size_t count = (4u << 20) / 4 + 123;  // a little over 4 MiB of float32
       auto in = make_buffer(DType::kFloat32, count, [&](std::size_t i) { return input_value(Op::kSum, DType::kFloat32, r, i); });
       auto want = make_buffer(DType::kFloat32, count, [&](std::size_t i) { return expected_value(Op::kSum, DType::kFloat32, p, i); });

@@ -152,15 +152,6 @@ TEST(StoreSetup, RankZeroNeverArrives) {
   EXPECT_NE(b.status().message().find("group rank 0"), std::string::npos) << b.status().message();
 }
 
-TEST(StoreSetup, MembersOnAnotherHostNeedATransport) {
-  World w;
-  MemRendezvous rv;
-  GroupContext ctx = w.context(spec("hosts", 2), 0, &rv);
-  ctx.members[1].host = "elsewhere";
-  auto b = make_store_backend(ctx);
-  EXPECT_EQ(b.status().code(), Code::kNotSupported);
-}
-
 TEST(StoreFailure, DeadPeerMidCollectiveIsRemoteNamingIt) {
   // Job rank 7 (group rank 2) joins, then stops participating; the monitor
   // reports it dead a little later.  The survivors' allreduce (small and

@@ -1,6 +1,7 @@
 // A store group's set-up, argument checks, signatures and rounds, and the
 // store backend's factory.
 #include "store/group.hpp"
+#include "store/hier_group.hpp"
 
 #include <unistd.h>
 
@@ -253,13 +254,13 @@ Result<std::unique_ptr<Backend>> make_store_backend_tuned(const GroupContext& ct
                             std::to_string(ctx.size));
   if (ctx.rendezvous == nullptr && ctx.size > 1) return invalid_argument(where + ": no rendezvous");
   const std::string& my_host = ctx.members[static_cast<std::size_t>(ctx.rank)].host;
-  for (int q = 0; q < ctx.size; ++q) {
-    const Member& m = ctx.members[static_cast<std::size_t>(q)];
-    if (m.host != my_host) {
-      return not_supported(where + ": the store backend spans one host so far; group rank " + std::to_string(q) +
-                           " is on " + m.host + ", this rank on " + my_host +
-                           " (no transport between hosts is built yet; use the mpi backend across hosts)");
-    }
+  bool one_host = true;
+  for (const Member& m : ctx.members) one_host = one_host && m.host == my_host;
+  if (!one_host) {
+    // Across hosts: shared memory inside each host, TCP between them.
+    auto hier = std::make_unique<HierGroup>(ctx, tuning);
+    ACCRUN_RETURN_IF_ERROR(hier->setup(ctx, ctx.timeout_ms >= 0 ? ctx.timeout_ms : kDefaultSetupTimeoutMs));
+    return std::unique_ptr<Backend>(std::move(hier));
   }
   auto backend = std::make_unique<StoreGroup>(ctx, tuning);
   const int setup_timeout = ctx.timeout_ms >= 0 ? ctx.timeout_ms : kDefaultSetupTimeoutMs;

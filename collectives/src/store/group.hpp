@@ -60,6 +60,11 @@ class StoreGroup final : public Backend {
   Status group_start() override;
   Status group_end() override;
 
+  // Makes the group unusable with `why`, and tells the other members
+  // through the segment, so their waits end with it (a host's leader whose
+  // part between hosts failed, hier_group.cpp).
+  void give_up(const Status& why) { (void)guard(why); }
+
  private:
   enum class Coll : std::uint8_t { kAllreduce = 1, kReduce, kBroadcast, kAllgather, kReducescatter };
 

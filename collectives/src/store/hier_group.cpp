@@ -1,0 +1,413 @@
+// Hierarchical collectives for a store group across hosts (hier_group.hpp).
+#include "store/hier_group.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "accrun/log.hpp"
+
+namespace accrun::collectives::store {
+namespace {
+
+enum Coll : std::uint32_t { kAllreduce = 1, kReduce, kBroadcast, kAllgather, kReducescatter, kBarrier, kAbort = 0xab };
+
+const char* coll_name(std::uint32_t c) {
+  switch (c) {
+    case kAllreduce: return "allreduce";
+    case kReduce: return "reduce";
+    case kBroadcast: return "broadcast";
+    case kAllgather: return "allgather";
+    case kReducescatter: return "reducescatter";
+    case kBarrier: return "barrier";
+  }
+  return "an unknown call";
+}
+
+// The group's rendezvous under a prefix: the host group's keys.
+class PrefixRendezvous final : public Rendezvous {
+ public:
+  PrefixRendezvous(Rendezvous* base, std::string prefix) : base_(base), prefix_(std::move(prefix)) {}
+  Status publish(const std::string& k, const std::string& v) override { return base_->publish(prefix_ + k, v); }
+  Result<std::string> lookup(const std::string& k, int timeout_ms) override {
+    return base_->lookup(prefix_ + k, timeout_ms);
+  }
+
+ private:
+  Rendezvous* base_;
+  std::string prefix_;
+};
+
+}  // namespace
+
+HierGroup::HierGroup(const GroupContext& ctx, const Tuning& t)
+    : name_(ctx.name), rank_(ctx.rank), size_(ctx.size), timeout_ms_(ctx.timeout_ms), members_(ctx.members) {
+  // Hosts in the order of their lowest group rank.
+  std::map<std::string, int> index;
+  host_of_.resize(static_cast<std::size_t>(size_));
+  for (int g = 0; g < size_; ++g) {
+    const std::string& h = members_[static_cast<std::size_t>(g)].host;
+    auto [it, fresh] = index.emplace(h, static_cast<int>(hosts_.size()));
+    if (fresh) hosts_.emplace_back();
+    hosts_[static_cast<std::size_t>(it->second)].push_back(g);
+    host_of_[static_cast<std::size_t>(g)] = it->second;
+  }
+  my_host_ = host_of_[static_cast<std::size_t>(rank_)];
+  local_rank_ = local_index(rank_);
+  GroupContext local = ctx;
+  const auto& mine = hosts_[static_cast<std::size_t>(my_host_)];
+  local.name = ctx.name + "@" + ctx.members[static_cast<std::size_t>(rank_)].host;
+  local.rank = local_rank_;
+  local.size = static_cast<int>(mine.size());
+  local.members.clear();
+  for (int g : mine) local.members.push_back(ctx.members[static_cast<std::size_t>(g)]);
+  local_rv_ = std::make_unique<PrefixRendezvous>(ctx.rendezvous, "h" + std::to_string(mine.front()) + "/");
+  local.rendezvous = local_rv_.get();
+  local_ = std::make_unique<StoreGroup>(local, t);
+}
+
+HierGroup::~HierGroup() {
+  // Buffered sends still reach their peers after the last call.
+  if (tcp_ != nullptr) {
+    Wait w;
+    w.op = "destroy";
+    w.timeout_ms = 10'000;
+    w.deadline = Clock::now() + std::chrono::seconds(10);
+    (void)tcp_->flush(w);
+  }
+}
+
+Status HierGroup::setup(const GroupContext& ctx, int setup_timeout_ms) {
+  GroupContext local;
+  local.shm_dir = ctx.shm_dir;
+  ACCRUN_RETURN_IF_ERROR(local_->setup(local_rv_.get(), setup_timeout_ms, ctx.shm_dir));
+  std::vector<bool> needs(static_cast<std::size_t>(size_));
+  for (int g = 0; g < size_; ++g) needs[static_cast<std::size_t>(g)] = host_of_[static_cast<std::size_t>(g)] != my_host_;
+  Tuning defaults;
+  auto t = TcpTransport::create(ctx, std::move(needs), defaults.pair_buffer_max);
+  if (!t.is_ok()) return t.status();
+  tcp_ = std::move(t).value();
+  log(LogLevel::kDebug, "group %s: store backend ready (%d ranks on %zu hosts, shm inside a host, tcp between; %s)",
+      name_.c_str(), size_, hosts_.size(), leader() ? "this rank leads its host" : "led by its host's lowest rank");
+  return Status::ok();
+}
+
+void HierGroup::set_timeout(int timeout_ms) {
+  timeout_ms_ = timeout_ms;
+  local_->set_timeout(timeout_ms);
+}
+
+int HierGroup::local_index(int group_rank) const {
+  const auto& v = hosts_[static_cast<std::size_t>(host_of_[static_cast<std::size_t>(group_rank)])];
+  return static_cast<int>(std::find(v.begin(), v.end(), group_rank) - v.begin());
+}
+
+Wait HierGroup::wait_spec() const {
+  Wait w;
+  w.timeout_ms = timeout_ms_;
+  w.op = op_;
+  if (timeout_ms_ >= 0) w.deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
+  return w;
+}
+
+Status HierGroup::enter(const char* op, void* stream, bool collective) {
+  op_ = op;
+  if (!broken_.is_ok()) return broken_;
+  if (stream != nullptr)
+    return invalid_argument("group '" + name_ + "': " + op + ": the store backend works on host memory; stream must be NULL");
+  if (collective && depth_ > 0)
+    return invalid_usage("group '" + name_ + "': " + op + " inside group_start/group_end (only send and recv may be grouped)");
+  return Status::ok();
+}
+
+Status HierGroup::check_rank(int r, const char* what) const {
+  if (r < 0 || r >= size_)
+    return invalid_argument("group '" + name_ + "': " + op_ + ": " + what + " " + std::to_string(r) +
+                            " is out of range (group size " + std::to_string(size_) + ")");
+  return Status::ok();
+}
+
+Status HierGroup::fail(Status s) {
+  if (s.code() == Code::kInvalidArgument) return s;  // refused before anything moved
+  if (broken_.is_ok()) {
+    broken_ = Status(s.code(), s.message() + " (the group is unusable now; destroy it)");
+    local_->give_up(s);  // this host's members
+    if (leader() && !told_) {
+      // The other hosts' leaders, so none waits for this one; they tell
+      // their hosts in turn.
+      const Sig abort{kAbort, 0, 0, 0, 0};
+      Wait w;
+      w.op = op_;
+      w.deadline = Clock::now() + std::chrono::seconds(1);
+      for (std::size_t h = 0; h < hosts_.size(); ++h) {
+        if (static_cast<int>(h) == my_host_) continue;
+        (void)tcp_->send2(hosts_[h].front(), TcpTransport::kCollective, &abort, sizeof abort, s.message().data(),
+                          s.message().size(), w);
+      }
+    }
+  }
+  return s;
+}
+
+// ------------------------------------------------------------ between leaders
+
+Status HierGroup::lsend(int host, const void* data, std::size_t len, const Wait& w) {
+  return tcp_->send2(hosts_[static_cast<std::size_t>(host)].front(), TcpTransport::kCollective, &sig_, sizeof sig_,
+                     data, len, w);
+}
+
+Status HierGroup::lrecv(int host, void* data, std::size_t len, const Wait& w) {
+  std::string got;
+  ACCRUN_RETURN_IF_ERROR(lrecv_any(host, &got, w));
+  if (got.size() != len) {
+    return invalid_usage("group '" + name_ + "': " + op_ + ": " + tcp_->describe(hosts_[static_cast<std::size_t>(host)].front()) +
+                         " sent " + std::to_string(got.size()) + " bytes where " + std::to_string(len) + " were due");
+  }
+  std::memcpy(data, got.data(), len);
+  return Status::ok();
+}
+
+// The next leader message from a host, its signature checked and removed.
+Status HierGroup::lrecv_any(int host, std::string* out, const Wait& w) {
+  const int from = hosts_[static_cast<std::size_t>(host)].front();
+  ACCRUN_RETURN_IF_ERROR(tcp_->recv_message(from, TcpTransport::kCollective, out, w));
+  Sig theirs{};
+  if (out->size() >= sizeof theirs) std::memcpy(&theirs, out->data(), sizeof theirs);
+  if (out->size() >= sizeof theirs && theirs.coll == kAbort) {
+    told_ = true;  // its leader told the others already
+    return remote_error("group '" + name_ + "': " + op_ + ": " + tcp_->describe(from) + " gave up: " +
+                        out->substr(sizeof theirs));
+  }
+  if (out->size() < sizeof theirs || std::memcmp(&theirs, &sig_, sizeof sig_) != 0) {
+    auto text = [](const Sig& s) {
+      return std::string(coll_name(s.coll)) + " of " + std::to_string(s.count) + " " +
+             (s.coll == kBarrier ? std::string("-") : std::string(dtype_name(static_cast<DType>(s.dtype)))) +
+             (s.coll == kAllreduce || s.coll == kReduce || s.coll == kReducescatter
+                  ? std::string(" ") + op_name(static_cast<Op>(s.op))
+                  : std::string()) +
+             (s.coll == kReduce || s.coll == kBroadcast ? " root " + std::to_string(s.root) : std::string());
+    };
+    return invalid_usage("group '" + name_ + "': the members disagree: group rank " + std::to_string(rank_) +
+                         " called " + text(sig_) + ", " + tcp_->describe(from) + " called " + text(theirs));
+  }
+  out->erase(0, sizeof theirs);
+  return Status::ok();
+}
+
+// Every leader sends its part to every other and receives theirs.
+Status HierGroup::leaders_exchange(const char* mine, std::size_t mine_len, std::vector<std::string>* theirs) {
+  const int hosts = static_cast<int>(hosts_.size());
+  const Wait w = wait_spec();
+  for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(lsend((my_host_ + i) % hosts, mine, mine_len, w));
+  theirs->assign(static_cast<std::size_t>(hosts), std::string());
+  for (int i = 1; i < hosts; ++i) {
+    const int h = (my_host_ - i + hosts) % hosts;
+    ACCRUN_RETURN_IF_ERROR(lrecv_any(h, &(*theirs)[static_cast<std::size_t>(h)], w));
+  }
+  return Status::ok();
+}
+
+Status HierGroup::leaders_allreduce(char* buf, std::size_t count, DType dt, Op op) {
+  const int hosts = static_cast<int>(hosts_.size());
+  const std::size_t ds = dtype_size(dt);
+  const std::size_t bytes = count * ds;
+  if (hosts == 1 || bytes == 0) return Status::ok();
+  if (bytes <= kSmallBytes || count < static_cast<std::size_t>(hosts)) {
+    std::vector<std::string> parts;
+    ACCRUN_RETURN_IF_ERROR(leaders_exchange(buf, bytes, &parts));
+    parts[static_cast<std::size_t>(my_host_)].assign(buf, bytes);
+    for (const std::string& p : parts) {
+      if (p.size() != bytes) return invalid_usage("group '" + name_ + "': " + op_ + ": a host sent a part of another size");
+    }
+    // In host order, so every leader computes the same bits.
+    std::memcpy(buf, parts[0].data(), bytes);
+    for (int h = 1; h < hosts; ++h) reduce_into(dt, op, buf, parts[static_cast<std::size_t>(h)].data(), count);
+    return Status::ok();
+  }
+  // Ring: reduce-scatter then allgather, in blocks of about count / hosts.
+  const Wait w = wait_spec();
+  auto block = [&](int b) {
+    const std::size_t base = count / static_cast<std::size_t>(hosts), extra = count % static_cast<std::size_t>(hosts);
+    const std::size_t ub = static_cast<std::size_t>(b);
+    const std::size_t lo = ub * base + std::min(ub, extra);
+    return std::make_pair(lo, base + (ub < extra ? 1 : 0));
+  };
+  const int next = (my_host_ + 1) % hosts, prev = (my_host_ - 1 + hosts) % hosts;
+  std::vector<char> in(block(0).second * ds);
+  for (int s = 0; s < hosts - 1; ++s) {
+    const auto [slo, sn] = block((my_host_ - s + hosts) % hosts);
+    const auto [rlo, rn] = block((my_host_ - s - 1 + 2 * hosts) % hosts);
+    ACCRUN_RETURN_IF_ERROR(lsend(next, buf + slo * ds, sn * ds, w));
+    ACCRUN_RETURN_IF_ERROR(lrecv(prev, in.data(), rn * ds, w));
+    reduce_into(dt, op, buf + rlo * ds, in.data(), rn);
+  }
+  for (int s = 0; s < hosts - 1; ++s) {
+    const auto [slo, sn] = block((my_host_ + 1 - s + hosts) % hosts);
+    const auto [rlo, rn] = block((my_host_ - s + hosts) % hosts);
+    ACCRUN_RETURN_IF_ERROR(lsend(next, buf + slo * ds, sn * ds, w));
+    ACCRUN_RETURN_IF_ERROR(lrecv(prev, buf + rlo * ds, rn * ds, w));
+  }
+  return Status::ok();
+}
+
+Status HierGroup::leaders_broadcast(char* buf, std::size_t bytes, int root_host) {
+  const int hosts = static_cast<int>(hosts_.size());
+  if (hosts == 1 || bytes == 0) return Status::ok();
+  const Wait w = wait_spec();
+  if (bytes <= kSmallBytes) {
+    if (my_host_ == root_host) {
+      for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(lsend((root_host + i) % hosts, buf, bytes, w));
+      return Status::ok();
+    }
+    return lrecv(root_host, buf, bytes, w);
+  }
+  // A chain from the root's host, in chunks, so every link carries the
+  // data once and the chunks pipeline.
+  const int pos = (my_host_ - root_host + hosts) % hosts;
+  const int prev = (my_host_ - 1 + hosts) % hosts, next = (my_host_ + 1) % hosts;
+  for (std::size_t off = 0; off < bytes; off += kChainChunk) {
+    const std::size_t n = std::min(kChainChunk, bytes - off);
+    if (pos > 0) ACCRUN_RETURN_IF_ERROR(lrecv(prev, buf + off, n, w));
+    if (pos < hosts - 1) ACCRUN_RETURN_IF_ERROR(lsend(next, buf + off, n, w));
+  }
+  return Status::ok();
+}
+
+// ------------------------------------------------------------ collectives
+
+Status HierGroup::allreduce(const void* send, void* recv, std::size_t count, DType dt, Op op, void* stream) {
+  ACCRUN_RETURN_IF_ERROR(enter("allreduce", stream, true));
+  if (count > 0 && (send == nullptr || recv == nullptr)) return invalid_argument("group '" + name_ + "': allreduce: a NULL buffer");
+  sig_ = Sig{kAllreduce, static_cast<std::uint32_t>(dt), static_cast<std::uint32_t>(op), -1, count};
+  ACCRUN_RETURN_IF_ERROR(local_->reduce(send, recv, count, dt, op, 0, nullptr));
+  if (leader()) ACCRUN_RETURN_IF_ERROR(run(leaders_allreduce(static_cast<char*>(recv), count, dt, op)));
+  return run(local_->broadcast(recv, count, dt, 0, nullptr));
+}
+
+Status HierGroup::reduce(const void* send, void* recv, std::size_t count, DType dt, Op op, int root, void* stream) {
+  ACCRUN_RETURN_IF_ERROR(enter("reduce", stream, true));
+  ACCRUN_RETURN_IF_ERROR(check_rank(root, "root"));
+  const std::size_t bytes = count * dtype_size(dt);
+  sig_ = Sig{kReduce, static_cast<std::uint32_t>(dt), static_cast<std::uint32_t>(op), root, count};
+  const int root_host = host_of_[static_cast<std::size_t>(root)];
+  const bool root_leads = local_index(root) == 0;
+  std::vector<char> tmp;
+  char* at_leader = static_cast<char*>(recv);
+  if (leader() && rank_ != root) {
+    tmp.resize(bytes);
+    at_leader = tmp.data();
+  }
+  ACCRUN_RETURN_IF_ERROR(run(local_->reduce(send, leader() ? at_leader : nullptr, count, dt, op, 0, nullptr)));
+  if (leader()) ACCRUN_RETURN_IF_ERROR(run(leaders_allreduce(at_leader, count, dt, op)));
+  if (my_host_ == root_host && !root_leads) {
+    if (leader()) return run(local_->send(at_leader, count, dt, local_index(root), nullptr));
+    if (rank_ == root) return run(local_->recv(recv, count, dt, 0, nullptr));
+  }
+  return Status::ok();
+}
+
+Status HierGroup::broadcast(void* buf, std::size_t count, DType dt, int root, void* stream) {
+  ACCRUN_RETURN_IF_ERROR(enter("broadcast", stream, true));
+  ACCRUN_RETURN_IF_ERROR(check_rank(root, "root"));
+  if (count > 0 && buf == nullptr) return invalid_argument("group '" + name_ + "': broadcast: a NULL buffer");
+  sig_ = Sig{kBroadcast, static_cast<std::uint32_t>(dt), 0, root, count};
+  const int root_host = host_of_[static_cast<std::size_t>(root)];
+  if (my_host_ == root_host && local_index(root) != 0) {
+    if (rank_ == root) ACCRUN_RETURN_IF_ERROR(run(local_->send(buf, count, dt, 0, nullptr)));
+    if (leader()) ACCRUN_RETURN_IF_ERROR(run(local_->recv(buf, count, dt, local_index(root), nullptr)));
+  }
+  if (leader())
+    ACCRUN_RETURN_IF_ERROR(run(leaders_broadcast(static_cast<char*>(buf), count * dtype_size(dt), root_host)));
+  return run(local_->broadcast(buf, count, dt, 0, nullptr));
+}
+
+Status HierGroup::allgather(const void* send, void* recv, std::size_t n, DType dt, void* stream) {
+  ACCRUN_RETURN_IF_ERROR(enter("allgather", stream, true));
+  if (n > 0 && (send == nullptr || recv == nullptr)) return invalid_argument("group '" + name_ + "': allgather: a NULL buffer");
+  sig_ = Sig{kAllgather, static_cast<std::uint32_t>(dt), 0, -1, n};
+  const std::size_t blk = n * dtype_size(dt);
+  const auto& mine = hosts_[static_cast<std::size_t>(my_host_)];
+  std::vector<char> host_block(mine.size() * blk);
+  // In place (send == recv): this member's part is already at its block.
+  const void* part = send == recv ? static_cast<const char*>(recv) + static_cast<std::size_t>(rank_) * blk : send;
+  ACCRUN_RETURN_IF_ERROR(run(local_->allgather(part, host_block.data(), n, dt, nullptr)));
+  if (leader()) {
+    std::vector<std::string> parts;
+    ACCRUN_RETURN_IF_ERROR(run(leaders_exchange(host_block.data(), host_block.size(), &parts)));
+    parts[static_cast<std::size_t>(my_host_)].assign(host_block.data(), host_block.size());
+    for (std::size_t h = 0; h < hosts_.size(); ++h) {
+      if (parts[h].size() != hosts_[h].size() * blk)
+        return run(invalid_usage("group '" + name_ + "': allgather: a host sent a block of another size"));
+      for (std::size_t i = 0; i < hosts_[h].size(); ++i)
+        std::memcpy(static_cast<char*>(recv) + static_cast<std::size_t>(hosts_[h][i]) * blk, parts[h].data() + i * blk, blk);
+    }
+  }
+  return run(local_->broadcast(recv, n * static_cast<std::size_t>(size_), dt, 0, nullptr));
+}
+
+Status HierGroup::reducescatter(const void* send, void* recv, std::size_t recv_count, DType dt, Op op, void* stream) {
+  ACCRUN_RETURN_IF_ERROR(enter("reducescatter", stream, true));
+  const std::size_t ds = dtype_size(dt);
+  std::vector<char> all(recv_count * static_cast<std::size_t>(size_) * ds);
+  ACCRUN_RETURN_IF_ERROR(allreduce(send, all.data(), recv_count * static_cast<std::size_t>(size_), dt, op, nullptr));
+  std::memcpy(recv, all.data() + static_cast<std::size_t>(rank_) * recv_count * ds, recv_count * ds);
+  return Status::ok();
+}
+
+Status HierGroup::barrier() {
+  ACCRUN_RETURN_IF_ERROR(enter("barrier", nullptr, true));
+  sig_ = Sig{kBarrier, 0, 0, -1, 0};
+  ACCRUN_RETURN_IF_ERROR(run(local_->barrier()));
+  if (leader()) {
+    std::vector<std::string> parts;
+    ACCRUN_RETURN_IF_ERROR(run(leaders_exchange(nullptr, 0, &parts)));
+  }
+  return run(local_->barrier());
+}
+
+// ------------------------------------------------------------ point-to-point
+
+Status HierGroup::send(const void* buf, std::size_t count, DType dt, int peer, void* stream) {
+  ACCRUN_RETURN_IF_ERROR(enter("send", stream, false));
+  ACCRUN_RETURN_IF_ERROR(check_rank(peer, "peer"));
+  if (count > 0 && buf == nullptr) return invalid_argument("group '" + name_ + "': send: a NULL buffer");
+  if (host_of_[static_cast<std::size_t>(peer)] == my_host_) return local_->send(buf, count, dt, local_index(peer), nullptr);
+  return tcp_->send(peer, TcpTransport::kP2p, buf, count * dtype_size(dt), wait_spec());
+}
+
+Status HierGroup::recv(void* buf, std::size_t count, DType dt, int peer, void* stream) {
+  ACCRUN_RETURN_IF_ERROR(enter("recv", stream, false));
+  ACCRUN_RETURN_IF_ERROR(check_rank(peer, "peer"));
+  if (count > 0 && buf == nullptr) return invalid_argument("group '" + name_ + "': recv: a NULL buffer");
+  if (host_of_[static_cast<std::size_t>(peer)] == my_host_) return local_->recv(buf, count, dt, local_index(peer), nullptr);
+  const std::size_t bytes = count * dtype_size(dt);
+  if (depth_ > 0) {
+    pending_.push_back(PendingRecv{buf, bytes, peer});
+    return Status::ok();
+  }
+  std::size_t got = 0;
+  return tcp_->recv(peer, TcpTransport::kP2p, buf, bytes, &got, wait_spec());
+}
+
+Status HierGroup::group_start() {
+  ACCRUN_RETURN_IF_ERROR(local_->group_start());
+  ++depth_;
+  return Status::ok();
+}
+
+Status HierGroup::group_end() {
+  if (depth_ == 0) return invalid_usage("group '" + name_ + "': group_end without group_start");
+  --depth_;
+  ACCRUN_RETURN_IF_ERROR(local_->group_end());
+  if (depth_ > 0) return Status::ok();
+  std::vector<PendingRecv> todo;
+  todo.swap(pending_);
+  op_ = "recv";
+  for (const PendingRecv& r : todo) {
+    std::size_t got = 0;
+    ACCRUN_RETURN_IF_ERROR(tcp_->recv(r.peer, TcpTransport::kP2p, r.buf, r.bytes, &got, wait_spec()));
+  }
+  return Status::ok();
+}
+
+}  // namespace accrun::collectives::store

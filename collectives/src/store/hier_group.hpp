@@ -1,0 +1,115 @@
+// A store group whose members span hosts: hierarchical collectives.
+//
+// The members of each host form a store group of their own over shared
+// memory (group.hpp); the lowest group rank on each host is its leader, and
+// the leaders talk over TCP (tcp_transport.hpp).  A collective reduces (or
+// gathers) inside each host, runs between the leaders, then broadcasts
+// inside each host:
+//   allreduce      local reduce to the leader; leaders exchange every
+//                  leader's vector and reduce in host order (up to
+//                  kSmallBytes), or a ring reduce-scatter + allgather;
+//                  local broadcast
+//   reduce         as allreduce between the leaders, then the root's
+//                  leader hands the result to the root
+//   broadcast      the root hands the data to its leader; its leader sends
+//                  to every other leader (up to kSmallBytes) or down a
+//                  pipelined chain of leaders; local broadcast
+//   allgather      local allgather; leaders exchange host blocks; local
+//                  broadcast of the whole
+//   reducescatter  allreduce of the whole, then each keeps its block
+//   barrier        local barrier, leaders exchange, local barrier
+// Every leader message carries the call's signature, so leaders that
+// disagree on a collective's count, type, op or root fail naming both
+// sides.  A leader whose part between hosts fails gives up on its host's
+// segment, so the ranks of its host fail too instead of waiting.
+// Send and recv go over shared memory inside a host and over TCP between
+// hosts; both are buffered (accrun_send(3)).  Results are bit-identical on
+// every member: each element is reduced once, in one place.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "accrun/backend.hpp"
+#include "store/group.hpp"
+#include "store/tcp_transport.hpp"
+
+namespace accrun::collectives::store {
+
+class HierGroup final : public Backend {
+ public:
+  static constexpr std::size_t kSmallBytes = 64 * 1024;
+  static constexpr std::size_t kChainChunk = 256 * 1024;
+
+  HierGroup(const GroupContext& ctx, const Tuning& t);
+  ~HierGroup() override;
+  Status setup(const GroupContext& ctx, int setup_timeout_ms);
+
+  BackendKind kind() const override { return BackendKind::kStore; }
+  void set_timeout(int timeout_ms) override;
+
+  Status allreduce(const void* send, void* recv, std::size_t count, DType dt, Op op, void* stream) override;
+  Status reduce(const void* send, void* recv, std::size_t count, DType dt, Op op, int root, void* stream) override;
+  Status broadcast(void* buf, std::size_t count, DType dt, int root, void* stream) override;
+  Status allgather(const void* send, void* recv, std::size_t count_per_rank, DType dt, void* stream) override;
+  Status reducescatter(const void* send, void* recv, std::size_t recv_count, DType dt, Op op,
+                       void* stream) override;
+  Status barrier() override;
+  Status send(const void* buf, std::size_t count, DType dt, int peer, void* stream) override;
+  Status recv(void* buf, std::size_t count, DType dt, int peer, void* stream) override;
+  Status group_start() override;
+  Status group_end() override;
+
+ private:
+  struct Sig {  // the call, as leaders compare it
+    std::uint32_t coll = 0, dtype = 0, op = 0;
+    std::int32_t root = 0;
+    std::uint64_t count = 0;
+  };
+  struct PendingRecv {
+    void* buf;
+    std::size_t bytes;
+    int peer;
+  };
+
+  Status enter(const char* op, void* stream, bool collective);
+  Status check_rank(int r, const char* what) const;
+  Wait wait_spec() const;
+  bool leader() const { return local_rank_ == 0; }
+  int local_index(int group_rank) const;
+  // Failures inside a collective leave the members out of step: later
+  // calls return the same error, and the host's members are told.
+  Status fail(Status s);
+  Status run(Status s) { return s.is_ok() ? s : fail(std::move(s)); }
+
+  // Between leaders (host indices), tag kCollective, each message led by
+  // the call's signature.
+  Status lsend(int host, const void* data, std::size_t len, const Wait& w);
+  Status lrecv(int host, void* data, std::size_t len, const Wait& w);
+  Status lrecv_any(int host, std::string* out, const Wait& w);
+  Status leaders_allreduce(char* buf, std::size_t count, DType dt, Op op);
+  Status leaders_broadcast(char* buf, std::size_t bytes, int root_host);
+  Status leaders_exchange(const char* mine, std::size_t mine_len, std::vector<std::string>* theirs);
+
+  std::string name_;
+  int rank_ = 0;
+  int size_ = 1;
+  int timeout_ms_ = -1;
+  std::vector<Member> members_;
+  std::vector<int> host_of_;                // group rank -> host index
+  std::vector<std::vector<int>> hosts_;     // host index -> its group ranks, ascending
+  int my_host_ = 0;
+  int local_rank_ = 0;
+  std::unique_ptr<Rendezvous> local_rv_;    // the host group's keys, under the host's prefix
+  std::unique_ptr<StoreGroup> local_;
+  std::unique_ptr<TcpTransport> tcp_;
+  Sig sig_;
+  const char* op_ = "setup";
+  Status broken_;
+  bool told_ = false;  // the failure came from another leader, who told the rest
+  int depth_ = 0;
+  std::vector<PendingRecv> pending_;
+};
+
+}  // namespace accrun::collectives::store

@@ -1,0 +1,498 @@
+// Plain TCP between the members of a store group (tcp_transport.hpp).
+#include "store/tcp_transport.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <sstream>
+
+#include "accrun/log.hpp"
+
+namespace accrun::collectives::store {
+namespace {
+
+constexpr std::uint32_t kFrameMagic = 0x41435354;  // "ACST"
+constexpr std::uint32_t kHelloMagic = 0x41434848;  // "ACHH"
+constexpr std::size_t kHeadBytes = 16;             // magic, tag, length
+constexpr std::size_t kHelloBytes = 24;            // magic, rank, token
+
+std::string hex(const unsigned char* p, std::size_t n) {
+  static const char d[] = "0123456789abcdef";
+  std::string s;
+  for (std::size_t i = 0; i < n; ++i) {
+    s += d[p[i] >> 4];
+    s += d[p[i] & 15];
+  }
+  return s;
+}
+
+bool unhex(const std::string& s, unsigned char* p, std::size_t n) {
+  if (s.size() != 2 * n) return false;
+  for (std::size_t i = 0; i < n; ++i) {
+    unsigned v = 0;
+    if (std::sscanf(s.c_str() + 2 * i, "%2x", &v) != 1) return false;
+    p[i] = static_cast<unsigned char>(v);
+  }
+  return true;
+}
+
+bool same_token(const unsigned char* a, const unsigned char* b) {
+  unsigned char diff = 0;
+  for (int i = 0; i < 16; ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// This host's IPv4 addresses that peers may reach: up, not loopback
+// (loopback only when there is nothing else).
+std::vector<std::string> local_addresses() {
+  std::vector<std::string> out;
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) == 0) {
+    for (ifaddrs* i = ifs; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+      if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
+      char b[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, b, sizeof b);
+      out.emplace_back(b);
+    }
+    freeifaddrs(ifs);
+  }
+  if (out.empty()) out.emplace_back("127.0.0.1");
+  return out;
+}
+
+int remaining_ms(const Wait& w, int cap) {
+  if (w.deadline == Clock::time_point::max()) return cap;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(w.deadline - Clock::now()).count();
+  return static_cast<int>(std::max<long long>(0, std::min<long long>(left, cap)));
+}
+
+void put32(unsigned char* p, std::uint32_t v) { std::memcpy(p, &v, 4); }
+void put64(unsigned char* p, std::uint64_t v) { std::memcpy(p, &v, 8); }
+std::uint32_t get32(const unsigned char* p) {
+  std::uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+std::uint64_t get64(const unsigned char* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+}  // namespace
+
+// The untagged Channel of transport.hpp: the program's messages (tag 0).
+class TcpTransport::TaggedChannel final : public Channel {
+ public:
+  TaggedChannel(TcpTransport* t, int peer) : t_(t), peer_(peer) {}
+  Status send(const void* data, std::size_t len, const Wait& w) override {
+    return t_->send(peer_, kP2p, data, len, w);
+  }
+  Status recv(void* data, std::size_t max_len, const Wait& w) override {
+    std::size_t got = 0;
+    return t_->recv(peer_, kP2p, data, max_len, &got, w);
+  }
+
+ private:
+  TcpTransport* t_;
+  int peer_;
+};
+
+TcpTransport::TcpTransport(const GroupContext& ctx, std::vector<bool> needs, std::size_t pair_buffer_max)
+    : name_(ctx.name),
+      rank_(ctx.rank),
+      members_(ctx.members),
+      needs_(std::move(needs)),
+      rendezvous_(ctx.rendezvous),
+      peers_(ctx.peers),
+      pair_buffer_max_(pair_buffer_max),
+      links_(ctx.members.size()) {
+  for (std::size_t q = 0; q < members_.size(); ++q) {
+    channels_.push_back(needs_[q] ? std::make_unique<TaggedChannel>(this, static_cast<int>(q)) : nullptr);
+  }
+}
+
+TcpTransport::~TcpTransport() {
+  for (Link& l : links_) {
+    if (l.out_fd >= 0) ::close(l.out_fd);
+    if (l.in_fd >= 0) ::close(l.in_fd);
+  }
+  for (Pending& p : pending_) ::close(p.fd);
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+Result<std::unique_ptr<TcpTransport>> TcpTransport::create(const GroupContext& ctx, std::vector<bool> needs,
+                                                           std::size_t pair_buffer_max) {
+  std::unique_ptr<TcpTransport> t(new TcpTransport(ctx, std::move(needs), pair_buffer_max));
+  ACCRUN_RETURN_IF_ERROR(t->listen_and_publish());
+  return t;
+}
+
+bool TcpTransport::reaches(int peer) const {
+  return peer >= 0 && static_cast<std::size_t>(peer) < needs_.size() && needs_[static_cast<std::size_t>(peer)];
+}
+
+Channel* TcpTransport::channel(int peer) { return reaches(peer) ? channels_[static_cast<std::size_t>(peer)].get() : nullptr; }
+
+std::string TcpTransport::describe(int peer) const {
+  const Member& m = members_[static_cast<std::size_t>(peer)];
+  return "group rank " + std::to_string(peer) + " (job rank " + std::to_string(m.job_rank) + " on host " + m.host + ")";
+}
+
+Status TcpTransport::listen_and_publish() {
+  const std::string where = "group '" + name_ + "': TCP transport";
+  if (getrandom(token_, sizeof token_, 0) != static_cast<ssize_t>(sizeof token_))
+    return Status(Code::kSystem, where + ": getrandom: " + std::strerror(errno));
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) return Status(Code::kSystem, where + ": socket: " + std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t alen = sizeof a;
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listen_fd_, 128) != 0 ||
+      ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &alen) != 0) {
+    return Status(Code::kSystem, where + ": listening: " + std::strerror(errno));
+  }
+  std::string ips;
+  for (const std::string& ip : local_addresses()) ips += (ips.empty() ? "" : ",") + ip;
+  const std::string value = std::to_string(ntohs(a.sin_port)) + " " + ips + " " + hex(token_, sizeof token_);
+  return rendezvous_->publish("tcp.addr." + std::to_string(rank_), value);
+}
+
+Status TcpTransport::connect_to(int peer, const Wait& w) {
+  Link& l = links_[static_cast<std::size_t>(peer)];
+  if (l.out_fd >= 0) return Status::ok();
+  const std::string where = "group '" + name_ + "': " + w.op + ": connecting to " + describe(peer);
+  if (l.address.empty()) {
+    Result<std::string> v = rendezvous_->lookup("tcp.addr." + std::to_string(peer), remaining_ms(w, 1 << 30));
+    if (!v.is_ok()) return v.status().with_context(where + ": its address was never published");
+    l.address = *v;
+  }
+  std::istringstream in(l.address);
+  int port = 0;
+  std::string ips, token_hex;
+  unsigned char token[16];
+  if (!(in >> port >> ips >> token_hex) || port <= 0 || port > 65535 || !unhex(token_hex, token, sizeof token))
+    return Status(Code::kSystem, where + ": malformed address '" + l.address + "'");
+  std::string tried;
+  std::stringstream list(ips);
+  for (std::string ip; std::getline(list, ip, ',');) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    if (inet_pton(AF_INET, ip.c_str(), &a.sin_addr) != 1) continue;
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return Status(Code::kSystem, where + ": socket: " + std::strerror(errno));
+    int err = 0;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        pollfd p{fd, POLLOUT, 0};
+        const int n = ::poll(&p, 1, remaining_ms(w, 3000));
+        socklen_t el = sizeof err;
+        err = n == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 ? err : ETIMEDOUT;
+      }
+    }
+    if (err != 0) {
+      tried += (tried.empty() ? "" : ", ") + ip + ":" + std::to_string(port) + " (" + std::strerror(err) + ")";
+      ::close(fd);
+      continue;
+    }
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    unsigned char hello[kHelloBytes];
+    put32(hello, kHelloMagic);
+    put32(hello + 4, static_cast<std::uint32_t>(rank_));
+    std::memcpy(hello + 8, token, 16);
+    l.out_fd = fd;
+    l.outq.emplace_front(reinterpret_cast<const char*>(hello), sizeof hello);  // goes first
+    l.queued += sizeof hello;
+    write_link(peer);
+    return Status::ok();
+  }
+  return remote_error(where + ": no address answered: " + tried);
+}
+
+Status TcpTransport::send(int peer, Tag tag, const void* data, std::size_t len, const Wait& w) {
+  return enqueue(peer, tag, nullptr, 0, data, len, w);
+}
+
+Status TcpTransport::send2(int peer, Tag tag, const void* head, std::size_t head_len, const void* data,
+                           std::size_t len, const Wait& w) {
+  return enqueue(peer, tag, head, head_len, data, len, w);
+}
+
+Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t head_len, const void* data,
+                             std::size_t len, const Wait& w) {
+  Link& l = links_[static_cast<std::size_t>(peer)];
+  if (!l.lost.empty()) return remote_error("group '" + name_ + "': " + w.op + ": " + describe(peer) + " " + l.lost);
+  ACCRUN_RETURN_IF_ERROR(connect_to(peer, w));
+  unsigned char frame[kHeadBytes];
+  put32(frame, kFrameMagic);
+  put32(frame + 4, tag);
+  put64(frame + 8, head_len + len);
+  std::size_t sent = 0;
+  const std::size_t total = kHeadBytes + head_len + len;
+  if (l.outq.empty()) {
+    iovec iov[3] = {{frame, kHeadBytes}, {const_cast<void*>(head), head_len}, {const_cast<void*>(data), len}};
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = 3;
+    const ssize_t n = ::sendmsg(l.out_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) sent = static_cast<std::size_t>(n);
+    else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      lose(peer, std::string("broke the connection (") + std::strerror(errno) + ")");
+  }
+  if (sent < total) {
+    std::string rest;
+    rest.reserve(total - sent);
+    auto add = [&](const void* p, std::size_t n, std::size_t base) {
+      if (sent < base + n && n > 0) {
+        const std::size_t from = sent > base ? sent - base : 0;
+        rest.append(static_cast<const char*>(p) + from, n - from);
+      }
+    };
+    add(frame, kHeadBytes, 0);
+    add(head, head_len, kHeadBytes);
+    add(data, len, kHeadBytes + head_len);
+    l.queued += rest.size();
+    l.outq.push_back(std::move(rest));
+  }
+  if (l.queued > pair_buffer_max_) {
+    // Past the bound, wait until the peer has taken enough.
+    return wait_for([&] { return l.queued <= pair_buffer_max_ || !l.lost.empty(); }, peer, w,
+                    "the peer to take buffered messages");
+  }
+  return Status::ok();
+}
+
+Status TcpTransport::recv(int peer, Tag tag, void* data, std::size_t max_len, std::size_t* got, const Wait& w) {
+  Link& l = links_[static_cast<std::size_t>(peer)];
+  auto find = [&]() -> Message* {
+    for (Message& m : l.inbox) {
+      if (m.tag == tag) return &m;
+    }
+    return nullptr;
+  };
+  ACCRUN_RETURN_IF_ERROR(wait_for([&] { return find() != nullptr; }, peer, w, "a message"));
+  Message* m = find();
+  if (m->bytes.size() > max_len) {
+    return invalid_argument("group '" + name_ + "': " + w.op + ": the message from " + describe(peer) + " has " +
+                            std::to_string(m->bytes.size()) + " bytes, more than the " + std::to_string(max_len) +
+                            " the receive buffer holds");
+  }
+  std::memcpy(data, m->bytes.data(), m->bytes.size());
+  *got = m->bytes.size();
+  for (auto it = l.inbox.begin(); it != l.inbox.end(); ++it) {
+    if (&*it == m) {
+      l.inbox.erase(it);
+      break;
+    }
+  }
+  return Status::ok();
+}
+
+Status TcpTransport::recv_message(int peer, Tag tag, std::string* out, const Wait& w) {
+  Link& l = links_[static_cast<std::size_t>(peer)];
+  auto find = [&] {
+    return std::find_if(l.inbox.begin(), l.inbox.end(), [&](const Message& m) { return m.tag == tag; });
+  };
+  ACCRUN_RETURN_IF_ERROR(
+      wait_for([&] { return find() != l.inbox.end(); }, peer, w, "a message", tag == kCollective));
+  auto it = find();
+  *out = std::move(it->bytes);
+  l.inbox.erase(it);
+  return Status::ok();
+}
+
+Status TcpTransport::flush(const Wait& w) {
+  return wait_for(
+      [&] {
+        for (const Link& l : links_) {
+          if (l.queued > 0 && l.lost.empty()) return false;
+        }
+        return true;
+      },
+      -1, w, "buffered messages to be sent");
+}
+
+template <class Ready>
+Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* what, bool watch_all) {
+  int spins = 0;
+  for (;;) {
+    if (ready()) return Status::ok();
+    if (peer >= 0) {
+      const Link& l = links_[static_cast<std::size_t>(peer)];
+      if (peers_ != nullptr) {
+        for (std::size_t q = 0; q < members_.size(); ++q) {
+          if (static_cast<int>(q) != peer && (!watch_all || static_cast<int>(q) == rank_)) continue;
+          if (auto f = peers_->failure(members_[q].job_rank)) {
+            return remote_error("group '" + name_ + "': " + w.op + ": " + describe(static_cast<int>(q)) +
+                                " failed: " + *f);
+          }
+        }
+      }
+      if (!l.lost.empty()) return remote_error("group '" + name_ + "': " + w.op + ": " + describe(peer) + " " + l.lost);
+    }
+    if (Clock::now() >= w.deadline) {
+      return timeout_error("group '" + name_ + "': " + w.op + ": waited " + std::to_string(w.timeout_ms) +
+                           " ms for " + what + (peer >= 0 ? " from " + describe(peer) : std::string()));
+    }
+    // A few non-blocking looks first (an answer is often microseconds
+    // away), then block in poll for up to 50 ms at a time.
+    progress(spins < 16 ? 0 : remaining_ms(w, 50));
+    ++spins;
+  }
+}
+
+void TcpTransport::progress(int timeout_ms) {
+  std::vector<pollfd> fds;
+  std::vector<int> who;  // >= 0: link index (in); -1 listener; -2 - i: pending i; 1000000 + q: link out
+  fds.push_back({listen_fd_, POLLIN, 0});
+  who.push_back(-1);
+  for (std::size_t i = 0; i < pending_.size(); ++i) {
+    fds.push_back({pending_[i].fd, POLLIN, 0});
+    who.push_back(-2 - static_cast<int>(i));
+  }
+  for (std::size_t q = 0; q < links_.size(); ++q) {
+    const Link& l = links_[q];
+    if (!l.lost.empty()) continue;
+    if (l.in_fd >= 0) {
+      fds.push_back({l.in_fd, POLLIN, 0});
+      who.push_back(static_cast<int>(q));
+    }
+    if (l.out_fd >= 0 && l.queued > 0) {
+      fds.push_back({l.out_fd, POLLOUT, 0});
+      who.push_back(1000000 + static_cast<int>(q));
+    }
+  }
+  if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
+  std::vector<std::size_t> done_pending;
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents == 0) continue;
+    const int w = who[i];
+    if (w == -1) {
+      for (;;) {
+        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) break;
+        const int one = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        pending_.push_back(Pending{fd, {}, 0});
+      }
+    } else if (w <= -2) {
+      Pending& p = pending_[static_cast<std::size_t>(-2 - w)];
+      const ssize_t n = ::recv(p.fd, p.hello + p.got, kHelloBytes - p.got, MSG_DONTWAIT);
+      if (n > 0) p.got += static_cast<std::size_t>(n);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        ::close(p.fd);
+        done_pending.push_back(static_cast<std::size_t>(-2 - w));
+      } else if (p.got == kHelloBytes) {
+        const std::uint32_t from = get32(p.hello + 4);
+        const bool good = get32(p.hello) == kHelloMagic && same_token(p.hello + 8, token_) &&
+                          from < links_.size() && needs_[from] && links_[from].in_fd < 0;
+        if (good) {
+          links_[from].in_fd = p.fd;
+        } else {
+          log(LogLevel::kWarn, "group '%s': TCP transport: refused a connection that did not prove it belongs to the group",
+              name_.c_str());
+          ::close(p.fd);
+        }
+        done_pending.push_back(static_cast<std::size_t>(-2 - w));
+      }
+    } else if (w >= 1000000) {
+      write_link(w - 1000000);
+    } else {
+      read_link(w);
+    }
+  }
+  std::sort(done_pending.rbegin(), done_pending.rend());
+  for (std::size_t i : done_pending) pending_.erase(pending_.begin() + static_cast<long>(i));
+}
+
+void TcpTransport::read_link(int peer) {
+  Link& l = links_[static_cast<std::size_t>(peer)];
+  for (;;) {
+    ssize_t n;
+    if (!l.in_body) {
+      n = ::recv(l.in_fd, l.head + l.head_got, kHeadBytes - l.head_got, MSG_DONTWAIT);
+      if (n > 0) {
+        l.head_got += static_cast<std::size_t>(n);
+        if (l.head_got == kHeadBytes) {
+          if (get32(l.head) != kFrameMagic) {
+            lose(peer, "sent a malformed frame");
+            return;
+          }
+          l.in_tag = get32(l.head + 4);
+          l.body.assign(get64(l.head + 8), '\0');
+          l.body_got = 0;
+          l.in_body = true;
+          l.head_got = 0;
+        }
+      }
+    } else {
+      n = l.body.size() == l.body_got
+              ? 0
+              : ::recv(l.in_fd, l.body.data() + l.body_got, l.body.size() - l.body_got, MSG_DONTWAIT);
+      if (n > 0) l.body_got += static_cast<std::size_t>(n);
+    }
+    if (l.in_body && l.body_got == l.body.size()) {
+      l.inbox.push_back(Message{l.in_tag, std::move(l.body)});
+      l.body.clear();
+      l.in_body = false;
+      continue;
+    }
+    if (n == 0) {
+      lose(peer, "closed its connection");
+      return;
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) lose(peer, std::string("broke the connection (") + std::strerror(errno) + ")");
+      return;
+    }
+  }
+}
+
+void TcpTransport::write_link(int peer) {
+  Link& l = links_[static_cast<std::size_t>(peer)];
+  while (!l.outq.empty()) {
+    const std::string& front = l.outq.front();
+    const ssize_t n = ::send(l.out_fd, front.data() + l.out_off, front.size() - l.out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) lose(peer, std::string("broke the connection (") + std::strerror(errno) + ")");
+      return;
+    }
+    l.out_off += static_cast<std::size_t>(n);
+    l.queued -= static_cast<std::size_t>(n);
+    if (l.out_off == front.size()) {
+      l.outq.pop_front();
+      l.out_off = 0;
+    }
+  }
+}
+
+void TcpTransport::lose(int peer, const std::string& why) {
+  Link& l = links_[static_cast<std::size_t>(peer)];
+  if (!l.lost.empty()) return;
+  l.lost = why;
+  l.queued = 0;
+  l.outq.clear();
+  log(LogLevel::kDebug, "group '%s': TCP transport: %s %s", name_.c_str(), describe(peer).c_str(), why.c_str());
+}
+
+}  // namespace accrun::collectives::store

@@ -1,0 +1,128 @@
+// The store's transport between hosts: plain TCP (transport.hpp).
+//
+// Every member that needs it listens on an ephemeral port of every
+// interface and publishes "tcp.addr.<group rank>" = "<port> <ip>,<ip>...
+// <token>" through the group's Rendezvous.  The token is 16 random bytes;
+// a connection must present the listener's token (which only readers of
+// the job's directory know) or it is closed and logged.
+//
+// Links are made lazily, one connection per direction: a member's first
+// message to a peer connects to the peer's listener, and the peer accepts
+// it during any of its own waits.  So the first collective between two
+// hosts pays for the connection and the group's set-up costs nothing, and
+// there is never a race over who connects.
+//
+// Messages carry a tag, so the hierarchical group's collectives (tag 1) and
+// the program's sends (tag 0) share a link without mixing: a message read
+// while waiting for the other tag is kept until asked for.  Sends are
+// buffered: what the socket does not take at once is copied and written
+// during later waits, so a send never waits for its receive, up to
+// pair_buffer_max bytes queued towards one peer.
+//
+// Progress happens on the caller's thread, inside send, recv and flush
+// (poll on every socket of the transport).  A closed connection or a peer
+// the job reports failed ends the waits that need it with kRemote naming
+// the member; the group's deadline with kTimeout.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "accrun/backend.hpp"
+#include "store/transport.hpp"
+
+namespace accrun::collectives::store {
+
+class TcpTransport final : public Transport {
+ public:
+  enum Tag : std::uint32_t { kP2p = 0, kCollective = 1 };
+
+  // Listens and publishes this member's address.  `needs[q]` says whether
+  // this member may talk to group rank q over TCP (the same answer on both
+  // sides).  pair_buffer_max: see above.
+  static Result<std::unique_ptr<TcpTransport>> create(const GroupContext& ctx, std::vector<bool> needs,
+                                                      std::size_t pair_buffer_max);
+  ~TcpTransport() override;
+
+  const char* name() const override { return "tcp"; }
+  bool reaches(int peer) const override;
+  Channel* channel(int peer) override;
+
+  // Tagged messages, for the hierarchical group.
+  Status send(int peer, Tag tag, const void* data, std::size_t len, const Wait& w);
+  Status send2(int peer, Tag tag, const void* head, std::size_t head_len, const void* data, std::size_t len,
+               const Wait& w);
+  // Receives the next message of `tag` from peer; *got is its length.
+  // kInvalidArgument (the message stays queued) when it exceeds max_len.
+  Status recv(int peer, Tag tag, void* data, std::size_t max_len, std::size_t* got, const Wait& w);
+  // Receives the next message of `tag` from peer, whole.
+  Status recv_message(int peer, Tag tag, std::string* out, const Wait& w);
+  // Waits until everything queued has been handed to the kernel.
+  Status flush(const Wait& w);
+  std::string describe(int peer) const;
+
+ private:
+  struct Message {
+    std::uint32_t tag;
+    std::string bytes;
+  };
+  struct Link {
+    std::string address;  // "port ip,ip token" as published; empty until looked up
+    int out_fd = -1;      // our messages to the peer (we connected)
+    int in_fd = -1;       // its messages to us (it connected)
+    std::deque<std::string> outq;  // bytes the socket has not taken yet
+    std::size_t out_off = 0;       // of outq.front()
+    std::size_t queued = 0;        // bytes in outq
+    // Reading: a header, then its body.
+    unsigned char head[16];
+    std::size_t head_got = 0;
+    std::uint32_t in_tag = 0;
+    std::string body;
+    std::size_t body_got = 0;
+    bool in_body = false;
+    std::deque<Message> inbox;  // whole messages not yet asked for
+    std::string lost;           // why the link is gone, once it is
+  };
+  struct Pending {  // an accepted connection whose hello is not complete
+    int fd;
+    unsigned char hello[24];
+    std::size_t got;
+  };
+  class TaggedChannel;
+
+  TcpTransport(const GroupContext& ctx, std::vector<bool> needs, std::size_t pair_buffer_max);
+  Status listen_and_publish();
+  Status connect_to(int peer, const Wait& w);
+  Status enqueue(int peer, Tag tag, const void* head, std::size_t head_len, const void* data, std::size_t len,
+                 const Wait& w);
+  // One round of progress: accepts, reads and writes whatever is ready,
+  // waiting up to timeout_ms for something to be.
+  void progress(int timeout_ms);
+  void read_link(int peer);
+  void write_link(int peer);
+  void lose(int peer, const std::string& why);
+  // Waits for ready() with the group's deadline, watching `peer` (or no one
+  // when peer < 0) for failure; with watch_all, every member (a
+  // collective's data depends on all of them).
+  template <class Ready>
+  Status wait_for(Ready ready, int peer, const Wait& w, const char* what, bool watch_all = false);
+
+  std::string name_;
+  int rank_;
+  std::vector<Member> members_;
+  std::vector<bool> needs_;
+  Rendezvous* rendezvous_;
+  const PeerMonitor* peers_;
+  std::size_t pair_buffer_max_;
+  int listen_fd_ = -1;
+  unsigned char token_[16];
+  std::vector<Link> links_;
+  std::vector<Pending> pending_;
+  std::vector<std::unique_ptr<TaggedChannel>> channels_;
+};
+
+}  // namespace accrun::collectives::store

@@ -1,0 +1,185 @@
+// The store backend across hosts, in process: members on different "hosts"
+// form a hierarchical group (shared memory inside a host, TCP between
+// hosts, over this machine's own addresses).  The exact-result suite runs on
+// host layouts in test_store_collectives.cpp; here, what crossing hosts
+// adds: buffered sends over TCP, failures on another host, members that
+// leave, disagreeing members, and connections that do not belong.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "store_harness.hpp"
+
+namespace accrun::collectives::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<std::int32_t> pattern(int from, std::size_t n, int salt) {
+  std::vector<std::int32_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = from * 1000003 + static_cast<std::int32_t>(i) * 7 + salt;
+  return v;
+}
+
+TEST(StoreHosts, BothSendThenBothReceiveOverTcp) {
+  // Larger than any socket buffer: the sends must queue, not wait.
+  World w;
+  w.run(on_hosts(spec("swap", 2), "ab"), [&](int r, Backend& b) {
+    const int peer = 1 - r;
+    for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{4u << 20}}) {
+      auto out = pattern(r, n, 1);
+      ASSERT_TRUE(b.send(out.data(), n, DType::kInt32, peer, nullptr).is_ok());
+      std::vector<std::int32_t> in(n);
+      Status s = b.recv(in.data(), n, DType::kInt32, peer, nullptr);
+      ASSERT_TRUE(s.is_ok()) << s.message();
+      ASSERT_EQ(in, pattern(peer, n, 1)) << "n=" << n;
+    }
+  });
+}
+
+TEST(StoreHosts, SendRecvInsideAndAcrossHostsKeepOrder) {
+  // Every member sends 50 numbered messages to every other (both kinds of
+  // link at once), in a bracket, then checks order and content.
+  World w;
+  w.run(on_hosts(spec("mesh", 4), "abab"), [&](int r, Backend& b) {
+    std::vector<std::vector<std::int32_t>> in(4, std::vector<std::int32_t>(50 * 8));
+    ASSERT_TRUE(b.group_start().is_ok());
+    for (int q = 0; q < 4; ++q) {
+      if (q == r) continue;
+      for (int k = 0; k < 50; ++k) {
+        auto out = pattern(r, 8, k);
+        ASSERT_TRUE(b.send(out.data(), 8, DType::kInt32, q, nullptr).is_ok());
+      }
+      for (int k = 0; k < 50; ++k) ASSERT_TRUE(b.recv(in[q].data() + k * 8, 8, DType::kInt32, q, nullptr).is_ok());
+    }
+    ASSERT_TRUE(b.group_end().is_ok());
+    for (int q = 0; q < 4; ++q) {
+      if (q == r) continue;
+      for (int k = 0; k < 50; ++k) {
+        ASSERT_EQ(std::vector<std::int32_t>(in[q].begin() + k * 8, in[q].begin() + k * 8 + 8), pattern(q, 8, k))
+            << "message " << k << " from " << q << " at " << r;
+      }
+    }
+  });
+}
+
+TEST(StoreHosts, AMemberThatDiesOnAnotherHostFailsEveryMemberNamingIt) {
+  // Group rank 3 (job rank 7, host b) stops taking part and is reported
+  // dead; every survivor, on both hosts and whether or not it leads its
+  // host, fails within 5 s with kRemote naming it.
+  for (std::size_t count : {std::size_t{4}, std::size_t{300000}}) {
+    World w;
+    std::atomic<int> finished{0};
+    GroupSpec g = on_hosts(spec("death", 4, -1, {4, 5, 6, 7}), "aabb");
+    std::thread reporter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      w.peers.fail(7, "rank 7 on host host-b was killed by signal 9");
+    });
+    w.run(g, [&](int r, Backend& b) {
+      if (r == 3) {  // "dies": silent, its sockets still open until the others are done
+        const auto until = Clock::now() + std::chrono::seconds(8);
+        while (finished.load() < 3 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        return;
+      }
+      std::vector<float> in(count, 1.0f), out(in.size());
+      const auto start = Clock::now();
+      Status s = b.allreduce(in.data(), out.data(), in.size(), DType::kFloat32, Op::kSum, nullptr);
+      EXPECT_LT(Clock::now() - start, std::chrono::seconds(5)) << "rank " << r;
+      EXPECT_EQ(s.code(), Code::kRemote) << "rank " << r << ": " << s.message();
+      EXPECT_NE(s.message().find("job rank 7"), std::string::npos) << "rank " << r << ": " << s.message();
+      EXPECT_FALSE(b.barrier().is_ok()) << "the group stays unusable";
+      ++finished;
+    });
+    reporter.join();
+  }
+}
+
+TEST(StoreHosts, AMemberThatLeftNormallyDoesNotFailOthers) {
+  // Group rank 2 (host c) takes part in a barrier, destroys its handle and
+  // leaves; ranks 0 and 1 (hosts a and b) go on exchanging 4 MiB.
+  World w;
+  w.run(on_hosts(spec("leave", 3), "abc"), [&](int r, Backend& b) {
+    ASSERT_TRUE(b.barrier().is_ok());
+    if (r == 2) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto out = pattern(r, 1u << 20, 3);
+    ASSERT_TRUE(b.send(out.data(), out.size(), DType::kInt32, 1 - r, nullptr).is_ok());
+    std::vector<std::int32_t> in(out.size());
+    Status s = b.recv(in.data(), in.size(), DType::kInt32, 1 - r, nullptr);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    ASSERT_EQ(in, pattern(1 - r, 1u << 20, 3));
+  });
+}
+
+TEST(StoreHosts, MembersThatDisagreeAcrossHostsFailNamingBoth) {
+  World w;
+  w.run(on_hosts(spec("disagree", 2, 5000), "ab"), [&](int r, Backend& b) {
+    std::vector<float> v(8, 1.0f);
+    Status s = b.allreduce(v.data(), v.data(), r == 0 ? 4 : 5, DType::kFloat32, Op::kSum, nullptr);
+    EXPECT_EQ(s.code(), Code::kInvalidUsage) << s.message();
+    EXPECT_NE(s.message().find("allreduce of 4"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("allreduce of 5"), std::string::npos) << s.message();
+  });
+}
+
+TEST(StoreHosts, AConnectionWithoutTheTokenIsRefusedAndTheGroupGoesOn) {
+  World w;
+  MemRendezvous rv;
+  GroupSpec g = on_hosts(spec("intruder", 2), "ab");
+  std::vector<std::thread> ranks;
+  std::atomic<int> done{0};
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      auto b = make_store_backend(w.context(g, r, &rv));
+      ASSERT_TRUE(b.is_ok()) << b.status().message();
+      // Rank 1's listener is attacked before the first call.
+      Result<std::string> addr = rv.lookup("tcp.addr.1", 5000);
+      ASSERT_TRUE(addr.is_ok());
+      if (r == 0) {
+        std::istringstream in(*addr);
+        int port = 0;
+        in >> port;
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<std::uint16_t>(port));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+        unsigned char hello[24] = {0x48, 0x48, 0x43, 0x41, 0, 0, 0, 0};  // the right magic, rank 0, a zero token
+        ASSERT_EQ(::write(fd, hello, sizeof hello), static_cast<ssize_t>(sizeof hello));
+        for (int i = 0; i < 5; ++i) {
+          double v = i, sum = 0;
+          ASSERT_TRUE((*b)->allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr).is_ok());
+          ASSERT_EQ(sum, 2.0 * i);
+        }
+        // Rank 1 closed the intruder's connection.
+        pollfd p{fd, POLLIN, 0};
+        ASSERT_EQ(::poll(&p, 1, 5000), 1);
+        char c;
+        EXPECT_EQ(::read(fd, &c, 1), 0);
+        ::close(fd);
+      } else {
+        for (int i = 0; i < 5; ++i) {
+          double v = i, sum = 0;
+          ASSERT_TRUE((*b)->allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr).is_ok());
+        }
+      }
+      ++done;
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(done.load(), 2);
+}
+
+}  // namespace
+}  // namespace accrun::collectives::testing
