@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/eventfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -127,6 +128,15 @@ TcpTransport::TcpTransport(const GroupContext& ctx, std::vector<bool> needs, std
 }
 
 TcpTransport::~TcpTransport() {
+  if (writer_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(out_mu_);
+      stop_ = true;
+    }
+    wake_writer();
+    writer_.join();
+  }
+  if (wake_fd_ >= 0) ::close(wake_fd_);
   for (Link& l : links_) {
     if (l.out_fd >= 0) ::close(l.out_fd);
     if (l.in_fd >= 0) ::close(l.in_fd);
@@ -139,6 +149,10 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::create(const GroupContext& c
                                                            std::size_t pair_buffer_max) {
   std::unique_ptr<TcpTransport> t(new TcpTransport(ctx, std::move(needs), pair_buffer_max));
   ACCRUN_RETURN_IF_ERROR(t->listen_and_publish());
+  t->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (t->wake_fd_ < 0) return Status(Code::kSystem, "group '" + t->name_ + "': TCP transport: eventfd: " + std::strerror(errno));
+  TcpTransport* raw = t.get();
+  t->writer_ = std::thread([raw] { raw->write_loop(); });
   return t;
 }
 
@@ -218,10 +232,12 @@ Status TcpTransport::connect_to(int peer, const Wait& w) {
     put32(hello, kHelloMagic);
     put32(hello + 4, static_cast<std::uint32_t>(rank_));
     std::memcpy(hello + 8, token, 16);
+    std::lock_guard<std::mutex> lock(out_mu_);
     l.out_fd = fd;
     l.outq.emplace_front(reinterpret_cast<const char*>(hello), sizeof hello);  // goes first
     l.queued += sizeof hello;
-    write_link(peer);
+    write_link_locked(peer);
+    if (l.queued > 0) wake_writer();
     return Status::ok();
   }
   return remote_error(where + ": no address answered: " + tried);
@@ -239,8 +255,10 @@ Status TcpTransport::send2(int peer, Tag tag, const void* head, std::size_t head
 Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t head_len, const void* data,
                              std::size_t len, const Wait& w) {
   Link& l = links_[static_cast<std::size_t>(peer)];
-  if (!l.lost.empty()) return remote_error("group '" + name_ + "': " + w.op + ": " + describe(peer) + " " + l.lost);
+  if (std::string why = lost(peer); !why.empty())
+    return remote_error("group '" + name_ + "': " + w.op + ": " + describe(peer) + " " + why);
   ACCRUN_RETURN_IF_ERROR(connect_to(peer, w));
+  std::unique_lock<std::mutex> lock(out_mu_);
   unsigned char frame[kHeadBytes];
   put32(frame, kFrameMagic);
   put32(frame + 4, tag);
@@ -255,7 +273,7 @@ Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t he
     const ssize_t n = ::sendmsg(l.out_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) sent = static_cast<std::size_t>(n);
     else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-      lose(peer, std::string("broke the connection (") + std::strerror(errno) + ")");
+      lose_locked(peer, std::string("broke the connection (") + std::strerror(errno) + ")");
   }
   if (sent < total) {
     std::string rest;
@@ -271,11 +289,17 @@ Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t he
     add(data, len, kHeadBytes + head_len);
     l.queued += rest.size();
     l.outq.push_back(std::move(rest));
+    wake_writer();  // the writer thread sends the rest, whatever this thread does next
   }
   if (l.queued > pair_buffer_max_) {
     // Past the bound, wait until the peer has taken enough.
-    return wait_for([&] { return l.queued <= pair_buffer_max_ || !l.lost.empty(); }, peer, w,
-                    "the peer to take buffered messages");
+    lock.unlock();
+    return wait_for(
+        [&] {
+          std::lock_guard<std::mutex> g(out_mu_);
+          return l.queued <= pair_buffer_max_ || !l.lost.empty();
+        },
+        peer, w, "the peer to take buffered messages");
   }
   return Status::ok();
 }
@@ -322,6 +346,7 @@ Status TcpTransport::recv_message(int peer, Tag tag, std::string* out, const Wai
 Status TcpTransport::flush(const Wait& w) {
   return wait_for(
       [&] {
+        std::lock_guard<std::mutex> g(out_mu_);
         for (const Link& l : links_) {
           if (l.queued > 0 && l.lost.empty()) return false;
         }
@@ -346,7 +371,9 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
           }
         }
       }
-      if (!l.lost.empty()) return remote_error("group '" + name_ + "': " + w.op + ": " + describe(peer) + " " + l.lost);
+      (void)l;
+      if (std::string why = lost(peer); !why.empty())
+        return remote_error("group '" + name_ + "': " + w.op + ": " + describe(peer) + " " + why);
     }
     if (Clock::now() >= w.deadline) {
       return timeout_error("group '" + name_ + "': " + w.op + ": waited " + std::to_string(w.timeout_ms) +
@@ -370,14 +397,9 @@ void TcpTransport::progress(int timeout_ms) {
   }
   for (std::size_t q = 0; q < links_.size(); ++q) {
     const Link& l = links_[q];
-    if (!l.lost.empty()) continue;
-    if (l.in_fd >= 0) {
+    if (l.in_fd >= 0 && !l.in_closed) {
       fds.push_back({l.in_fd, POLLIN, 0});
       who.push_back(static_cast<int>(q));
-    }
-    if (l.out_fd >= 0 && l.queued > 0) {
-      fds.push_back({l.out_fd, POLLOUT, 0});
-      who.push_back(1000000 + static_cast<int>(q));
     }
   }
   if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
@@ -413,8 +435,6 @@ void TcpTransport::progress(int timeout_ms) {
         }
         done_pending.push_back(static_cast<std::size_t>(-2 - w));
       }
-    } else if (w >= 1000000) {
-      write_link(w - 1000000);
     } else {
       read_link(w);
     }
@@ -456,6 +476,7 @@ void TcpTransport::read_link(int peer) {
       continue;
     }
     if (n == 0) {
+      l.in_closed = true;
       lose(peer, "closed its connection");
       return;
     }
@@ -467,14 +488,16 @@ void TcpTransport::read_link(int peer) {
   }
 }
 
-void TcpTransport::write_link(int peer) {
+// Caller holds out_mu_.
+void TcpTransport::write_link_locked(int peer) {
   Link& l = links_[static_cast<std::size_t>(peer)];
   while (!l.outq.empty()) {
     const std::string& front = l.outq.front();
     const ssize_t n = ::send(l.out_fd, front.data() + l.out_off, front.size() - l.out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) lose(peer, std::string("broke the connection (") + std::strerror(errno) + ")");
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        lose_locked(peer, std::string("broke the connection (") + std::strerror(errno) + ")");
       return;
     }
     l.out_off += static_cast<std::size_t>(n);
@@ -486,12 +509,56 @@ void TcpTransport::write_link(int peer) {
   }
 }
 
+// The writer thread: sends what the callers queued, so a buffered send
+// reaches its peer even while its sender only computes or waits on shared
+// memory (a host's non-leader in a collective).
+void TcpTransport::write_loop() {
+  std::unique_lock<std::mutex> lock(out_mu_);
+  while (!stop_) {
+    std::vector<pollfd> fds{{wake_fd_, POLLIN, 0}};
+    std::vector<int> who{-1};
+    for (std::size_t q = 0; q < links_.size(); ++q) {
+      const Link& l = links_[q];
+      if (l.out_fd >= 0 && l.queued > 0 && l.lost.empty()) {
+        fds.push_back({l.out_fd, POLLOUT, 0});
+        who.push_back(static_cast<int>(q));
+      }
+    }
+    lock.unlock();
+    ::poll(fds.data(), fds.size(), 200);
+    if (fds[0].revents != 0) {
+      std::uint64_t v;
+      (void)!::read(wake_fd_, &v, sizeof v);
+    }
+    lock.lock();
+    for (std::size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) write_link_locked(who[i]);
+    }
+  }
+}
+
+void TcpTransport::wake_writer() {
+  const std::uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof one);
+}
+
+std::string TcpTransport::lost(int peer) {
+  std::lock_guard<std::mutex> lock(out_mu_);
+  return links_[static_cast<std::size_t>(peer)].lost;
+}
+
 void TcpTransport::lose(int peer, const std::string& why) {
+  std::lock_guard<std::mutex> lock(out_mu_);
+  lose_locked(peer, why);
+}
+
+void TcpTransport::lose_locked(int peer, const std::string& why) {
   Link& l = links_[static_cast<std::size_t>(peer)];
   if (!l.lost.empty()) return;
   l.lost = why;
   l.queued = 0;
   l.outq.clear();
+  l.out_off = 0;
   log(LogLevel::kDebug, "group '%s': TCP transport: %s %s", name_.c_str(), describe(peer).c_str(), why.c_str());
 }
 

@@ -19,8 +19,9 @@
 // during later waits, so a send never waits for its receive, up to
 // pair_buffer_max bytes queued towards one peer.
 //
-// Progress happens on the caller's thread, inside send, recv and flush
-// (poll on every socket of the transport).  A closed connection or a peer
+// Receiving happens on the caller's thread, inside its waits (poll on
+// every incoming socket); what a send could not hand to the kernel at once
+// is written by the transport's writer thread.  A closed connection or a peer
 // the job reports failed ends the waits that need it with kRemote naming
 // the member; the group's deadline with kTimeout.
 #pragma once
@@ -29,6 +30,8 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -85,7 +88,8 @@ class TcpTransport final : public Transport {
     std::size_t body_got = 0;
     bool in_body = false;
     std::deque<Message> inbox;  // whole messages not yet asked for
-    std::string lost;           // why the link is gone, once it is
+    bool in_closed = false;     // the peer closed its connection to us
+    std::string lost;           // why the link is gone, once it is (out_mu_)
   };
   struct Pending {  // an accepted connection whose hello is not complete
     int fd;
@@ -103,8 +107,12 @@ class TcpTransport final : public Transport {
   // waiting up to timeout_ms for something to be.
   void progress(int timeout_ms);
   void read_link(int peer);
-  void write_link(int peer);
+  void write_link_locked(int peer);
+  void write_loop();
+  void wake_writer();
+  std::string lost(int peer);
   void lose(int peer, const std::string& why);
+  void lose_locked(int peer, const std::string& why);
   // Waits for ready() with the group's deadline, watching `peer` (or no one
   // when peer < 0) for failure; with watch_all, every member (a
   // collective's data depends on all of them).
@@ -123,6 +131,13 @@ class TcpTransport final : public Transport {
   std::vector<Link> links_;
   std::vector<Pending> pending_;
   std::vector<std::unique_ptr<TaggedChannel>> channels_;
+  // The sending side of every link (out_fd, outq, out_off, queued, lost)
+  // is shared with the writer thread under out_mu_; the receiving side is
+  // the caller's alone.
+  std::mutex out_mu_;
+  bool stop_ = false;
+  int wake_fd_ = -1;
+  std::thread writer_;
 };
 
 }  // namespace accrun::collectives::store

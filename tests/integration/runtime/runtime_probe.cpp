@@ -169,6 +169,26 @@ void death() {
   accrun_group_destroy(g);
 }
 
+// Every rank runs allreduces (1 MiB, so the ring between hosts runs) until
+// one fails or 30 s pass; the test kills a rank, or cuts a host off, from
+// outside.  A survivor prints its error and when it came (seconds since the
+// epoch), for the test to compare with the moment of the kill.
+void loop() {
+  const int n = accrun_size(), r = accrun_rank();
+  accrun_group_t g;
+  OK(accrun_group_init("looping", n, r, ACCRUN_BACKEND_STORE, &g));
+  std::vector<float> in(1u << 18, 1.0f), out(in.size());
+  std::printf("rank %d: looping\n", r);
+  const auto t0 = std::chrono::steady_clock::now();
+  int rc = ACCRUN_SUCCESS;
+  while (rc == ACCRUN_SUCCESS && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30))
+    rc = accrun_allreduce(g, in.data(), out.data(), in.size(), ACCRUN_FLOAT32, ACCRUN_SUM, nullptr);
+  const double at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  expect(rc == ACCRUN_ERR_REMOTE, std::string("expected a remote error, got ") + accrun_strerror(rc));
+  std::printf("rank %d: failed at %.3f: %s\n", r, at, accrun_last_error());
+  accrun_group_destroy(g);
+}
+
 void badargs() {
   const int r = accrun_rank();
   accrun_group_t g;
@@ -207,6 +227,7 @@ int main(int argc, char** argv) {
   else if (mode == "store") store();
   else if (mode == "sendrecv") sendrecv();
   else if (mode == "death") death();
+  else if (mode == "loop") loop();
   else if (mode == "badargs") badargs();
   else die("unknown scenario " + mode);
   OK(accrun_finalize());
