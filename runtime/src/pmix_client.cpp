@@ -114,6 +114,8 @@ void on_event(size_t, pmix_status_t status, const pmix_proc_t*, pmix_info_t info
       how = "was killed by signal " + std::to_string(*exit_code - 128);
     else if (kind == "abort")
       how = "aborted" + (exit_code ? " with status " + std::to_string(*exit_code) : std::string());
+    else if (kind == "lost")
+      how = "was lost with its host (its agent stopped answering)";
     else if (kind == "no-finalize" || status == PMIX_ERR_PROC_TERM_WO_SYNC)
       how = "exited without finalizing";
     else if (status == PMIX_PROC_TERMINATED)
@@ -283,7 +285,13 @@ Result<std::unique_ptr<PmixClient>> PmixClient::init(PeerTable* peers) {
   g_event_peers.store(peers);
   pmix_info_t hinfo;
   PMIX_INFO_LOAD(&hinfo, PMIX_EVENT_HDLR_NAME, "libaccrun-peer-failures", PMIX_STRING);
-  rc = PMIx_Register_event_handler(nullptr, 0, &hinfo, 1, on_event, nullptr, nullptr);
+  // The failure codes by name: the PMIx server forwards a client only the
+  // events it registered codes for.
+  pmix_status_t codes[] = {PMIX_ERR_PROC_ABORTED,      PMIX_ERR_PROC_ABORTING,          PMIX_PROC_TERMINATED,
+                           PMIX_ERR_PROC_TERM_WO_SYNC, PMIX_ERR_PROC_ABORTED_BY_SIG,    PMIX_ERR_PROC_KILLED_BY_CMD,
+                           PMIX_ERR_PROC_REQUESTED_ABORT, PMIX_ERR_PROC_FAILED_TO_START,
+                           PMIX_ERR_PROC_SENSOR_BOUND_EXCEEDED};
+  rc = PMIx_Register_event_handler(codes, sizeof codes / sizeof codes[0], &hinfo, 1, on_event, nullptr, nullptr);
   PMIX_INFO_DESTRUCT(&hinfo);
   if (rc < 0) {
     log(LogLevel::kWarn, "cannot register for PMIx failure events (%s); dead peers are found by pid only",

@@ -176,6 +176,11 @@ class Daemon final : public ClientEvents, public DaemonControl {
       reply(PMIX_ERR_NOT_FOUND, std::string());
     }
   }
+  void peer_failed(int rank, int status, const std::string& kind, const std::string& host,
+                   const std::string& text) override {
+    log(LogLevel::kDebug, "peer failed: %s", text.c_str());
+    if (pmix_) pmix_->notify_failure(rank, status, kind, host, text, [] {});
+  }
   void pause_output(bool pause) override {
     if (pause == output_paused_) return;
     output_paused_ = pause;
@@ -332,8 +337,9 @@ void Daemon::record_failure(RankState& r, int status, const std::string& kind, c
   std::string text = "rank " + std::to_string(r.rank) + " on host " + host_of(r.rank) + " " + how;
   if (!quiet) say(cfg_.err_fd, text);
   if (first) exit_code_ = status;
-  // Across hosts the controller decides for the whole job.
-  if (first) up_->rank_failed(r.rank, status, text);
+  // Across hosts the controller decides for the whole job, and tells the
+  // other hosts' ranks of every failure.
+  up_->rank_failed(r.rank, status, kind, text);
   bool kill = cfg_.on_failure == OnFailure::kKill;
   if (kill) {
     policy_pending_ = true;

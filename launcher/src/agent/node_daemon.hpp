@@ -42,6 +42,10 @@ class DaemonControl {
   // Another host's agent asks for local rank `rank`'s PMIx data (direct
   // modex); `reply` gets the PMIx status and the library's blob.
   virtual void modex_request(int rank, std::function<void(int status, std::string blob)> reply) = 0;
+  // A rank on another host failed (msg::kPeerFailed): the local ranks hear
+  // of it through a PMIx event.
+  virtual void peer_failed(int rank, int status, const std::string& kind, const std::string& host,
+                           const std::string& text) = 0;
 };
 
 // The job's name directory (PMIx publish/lookup/unpublish) when it lives
@@ -81,7 +85,7 @@ class Upstream {
   // Whole lines of the ranks' stdout (stream 1) or stderr (stream 2).
   virtual void output(int stream, const char* data, size_t n) = 0;
   // The first failure of a local rank (status as accrun would exit with).
-  virtual void rank_failed(int rank, int status, const std::string& text) = 0;
+  virtual void rank_failed(int rank, int status, const std::string& kind, const std::string& text) = 0;
   // A PMIx fence over `signature` ("*" or a rank list): `blob` is this
   // host's contribution; `done` gets every host's, concatenated.
   virtual void fence(const std::string& signature, std::string blob,

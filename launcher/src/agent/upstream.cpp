@@ -148,6 +148,14 @@ bool AgentUpstream::on_readable(DaemonControl& daemon) {
       auto done = std::move(it->second);
       lookup_waiters_.erase(it);
       done(*st, std::move(found));
+    } else if (f.type == msg::kPeerFailed) {
+      auto rank = r.u32("peer failed: rank");
+      auto status = r.i32("peer failed: status");
+      auto kind = r.str("peer failed: kind");
+      auto host = r.str("peer failed: host");
+      auto text = r.str("peer failed: text");
+      if (!rank || !status || !kind || !host || !text) return false;
+      daemon.peer_failed(static_cast<int>(*rank), *status, *kind, *host, *text);
     } else if (f.type == msg::kShutdown) {
       return false;
     }
@@ -162,11 +170,12 @@ void AgentUpstream::output(int stream, const char* data, size_t n) {
   post(msg::kOutput, w.data());
 }
 
-void AgentUpstream::rank_failed(int rank, int status, const std::string& text) {
+void AgentUpstream::rank_failed(int rank, int status, const std::string& kind, const std::string& text) {
   wire::Writer w;
   w.u32(static_cast<uint32_t>(rank));
   w.i32(status);
   w.str(text);
+  w.str(kind);
   post(msg::kRankFailed, w.data());
 }
 

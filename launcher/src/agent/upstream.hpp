@@ -41,7 +41,7 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   void unpublish(int rank, std::vector<std::string> keys, std::function<void(int)> done) override;
   bool on_readable(DaemonControl& daemon) override;
   void output(int stream, const char* data, size_t n) override;
-  void rank_failed(int rank, int status, const std::string& text) override;
+  void rank_failed(int rank, int status, const std::string& kind, const std::string& text) override;
   void fence(const std::string& signature, std::string blob,
              std::function<void(bool, std::string)> done) override;
   bool tick() override;

@@ -69,6 +69,8 @@ class Controller {
   void on_frame(int agent, const wire::Frame& f);
   void on_lost(int agent, const std::string& why);
   void signal_all(int sig, int except = -1);
+  // Tells every agent but `except` that a rank failed (msg::kPeerFailed).
+  void peer_failed(int rank, int status, const std::string& kind, const std::string& text, int except);
   void fail(int status);
 
   const Options& options_;
@@ -453,12 +455,34 @@ void Controller::on_lost(int agent, const std::string& why) {
     modex_reply(it->second.asker, it->second.id, PMIX_ERR_UNREACH, "");
     it = modex_.erase(it);
   }
-  if (!terminating_) {
-    say("host " + entries_[static_cast<size_t>(agent)].name + ": " + why + "; its ranks are lost, terminating the others");
-    fail(1);
-    terminating_ = true;
-    signal_all(SIGKILL);
+  if (terminating_) return;
+  const std::string& host = entries_[static_cast<size_t>(agent)].name;
+  fail(1);
+  if (options_.on_failure == OnFailure::kContinue) {
+    // The job goes on without the host: every other host's ranks hear that
+    // its ranks are lost, as of any failed rank.
+    say("host " + host + ": " + why + "; its ranks are lost, the others go on (--on-failure continue)");
+    for (size_t r = 0; r < plan_.ranks.size(); ++r) {
+      if (agent_of_host_[static_cast<size_t>(plan_.ranks[r].host)] != agent) continue;
+      peer_failed(static_cast<int>(r), 1, "lost",
+                  "rank " + std::to_string(r) + " on host " + host + " was lost with its host (" + why + ")", agent);
+    }
+    return;
   }
+  say("host " + host + ": " + why + "; its ranks are lost, terminating the others");
+  terminating_ = true;
+  signal_all(SIGKILL);
+}
+
+void Controller::peer_failed(int rank, int status, const std::string& kind, const std::string& text, int except) {
+  wire::Writer w;
+  w.u32(static_cast<uint32_t>(rank));
+  w.i32(status);
+  w.str(kind);
+  w.str(plan_.hosts[static_cast<size_t>(plan_.ranks[static_cast<size_t>(rank)].host)].inventory.host);
+  w.str(text);
+  for (size_t a = 0; a < done_.size(); ++a)
+    if (!done_[a] && static_cast<int>(a) != except) agents_->send(static_cast<int>(a), msg::kPeerFailed, w.data());
 }
 
 void Controller::on_frame(int agent, const wire::Frame& f) {
@@ -479,9 +503,15 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
     case msg::kRankFailed: {
       auto rank = r.u32("failed: rank");
       auto status = r.i32("failed: status");
-      if (!rank || !status) return on_lost(agent, "sent a malformed failure");
+      auto text = r.str("failed: text");
+      auto kind = r.str("failed: kind");
+      if (!rank || !status || !text || !kind || *rank >= plan_.ranks.size())
+        return on_lost(agent, "sent a malformed failure");
       bool first = !exit_code_.has_value() && !terminating_;
       fail(*status);
+      // The other hosts' ranks hear of it too (their libraries may be
+      // waiting on it), before any policy signal.
+      peer_failed(static_cast<int>(*rank), *status, *kind, *text, agent);
       if (first && options_.on_failure == OnFailure::kKill) {
         terminating_ = true;
         // The failing rank's host applies the policy to its own ranks.

@@ -32,8 +32,9 @@ enum Type : uint16_t {
   // agent → controller: u8 stream (1 stdout, 2 stderr), bytes: whole lines
   // of the ranks' output, tagged already where --tag-output asks.
   kOutput = 5,
-  // agent → controller: u32 rank, i32 status, str text: a local rank's
-  // first failure ("rank 3 on host h2 exited with status 3").
+  // agent → controller: u32 rank, i32 status, str text, str kind: a local
+  // rank's failure ("rank 3 on host h2 exited with status 3"; kind: exit,
+  // signal, abort, no-finalize).
   kRankFailed = 6,
   // agent → controller: str signature ("*" or ranks), bytes this host's
   // contribution to a PMIx fence.
@@ -94,6 +95,12 @@ enum Type : uint16_t {
   // host); 2 its ranks ended and it cleans up (slow on a loaded host: its
   // silence is judged as leniently as while it started).
   kPhase = 24,
+  // controller → agent: u32 rank, i32 status, str kind, str host, str text:
+  // a rank on another host failed, or was lost with its host (kind "lost",
+  // --on-failure continue); the agent tells its ranks with a PMIx event, as
+  // it does for its own ranks' failures, so libraries waiting on that rank
+  // give up.
+  kPeerFailed = 25,
 };
 
 constexpr size_t kStdinWindow = 1 << 20;

@@ -39,5 +39,32 @@ n=$(grep -c "OK death" <<<"$out")
 [ "$n" = 2 ] && ok "a member dying on another host: both survivors fail naming it ($(elapsed "$t0") s in all)" \
   || bad "a member dying on another host" "$out"
 check "the survivors' error names rank 1" "rank [02]: .*rank 1.*\([0-4]\.[0-9]+ s\)" "$out"
+# During an allreduce loop (1 MiB: the ring between hosts), group rank 1's
+# process on h2 is killed with SIGKILL, then, in a second job, h2's link is
+# set down (--on-failure continue: the controller tells the others that
+# h2's ranks are lost).  Each survivor fails with ACCRUN_ERR_REMOTE naming
+# rank 1 within 5 s of the event.
+survivors_fail() {  # survivors_fail NAME ACTION
+  local out t_event t_last
+  "$accrun" --timeout 60 -n 3 -H h1:1,h2:1,h3:1 --launch-agent "$agent" --on-failure continue "$probe" loop \
+    >"$state/loop.out" 2>&1 &
+  local pid=$!
+  for _ in $(seq 100); do [ "$(grep -c looping "$state/loop.out")" = 3 ] && break; sleep 0.1; done
+  sleep 0.5
+  t_event=$(now)
+  eval "$2"
+  wait "$pid"
+  out=$(cat "$state/loop.out")
+  n=$(grep -c "^rank [02]: failed at .*rank 1 .*h2" <<<"$out")
+  t_last=$(grep -o "^rank [02]: failed at [0-9.]*" <<<"$out" | awk '{print $5}' | sort -n | tail -1)
+  if [ "$n" = 2 ] && awk -v a="$t_event" -v b="$t_last" 'BEGIN{exit !(b - a < 5)}'; then
+    ok "$1: both survivors fail naming rank 1 on h2, $(awk -v a="$t_event" -v b="$t_last" 'BEGIN{printf "%.1f", b - a}') s after it"
+  else
+    bad "$1 (event at $t_event)" "$out"
+  fi
+}
+survivors_fail "kill -9 of a member on h2 mid-allreduce" '"$tb" hx h2 pkill -9 -f "runtime_probe loop"'
+survivors_fail "h2's link down mid-allreduce" 'ip link set vt-h2 down'
+ip link set vt-h2 up
 nothing_left "store across hosts" "$probe"
 exit $fail
