@@ -202,7 +202,9 @@ Result<Inventory> detect_host(const DetectConfig& config) {
       inv.masks[std::string(p->resource())] = std::move(mask);
     }
     claimed.emplace_back(p->resource());
-    if (found->pod && !inv.labels.pod) inv.labels.pod = found->pod;
+    // The vendor's pod (an NVLink domain) is the host's only while a mask
+    // leaves it a device in that domain.
+    if (found->pod && !kept->empty() && !inv.labels.pod) inv.labels.pod = found->pod;
     for (auto& a : *kept) inv.accelerators.push_back(std::move(a));
   }
 

@@ -1,6 +1,7 @@
 // accrun --detect [--json]: this host's inventory, or with --hostfile / -H
-// every listed host's, each detected by an agent on its own host, as a
-// table or as docs/design.md §9's JSON (one entry per host).
+// every listed host's, each detected by an agent on its own host and
+// labelled as a plan would label it, as a table or as docs/design.md §9's
+// JSON (one entry per host).
 #include <signal.h>
 
 #include <cstdio>
@@ -125,7 +126,9 @@ int detect_main(const Options& options, char** envp) {
         }
         hosts.push_back(std::move(parsed->front()));
       }
-      hosts.back().host = entry.name;
+      // The labels a plan would use: the entry's, else what detection found
+      // (an NVLink clique, a TPU slice).
+      hosts.back() = hostfiles::detected_inventory(entry, std::move(hosts.back()));
     }
   }
   const std::string text = options.json ? detect::to_json(hosts) : detect::format_table(hosts);

@@ -501,6 +501,23 @@ TEST(DetectNvml, NamesUuidsAndTheNvlinkClique) {
   EXPECT_EQ(ids_of(detect_ok(c)), (std::vector<int>{1}));
 }
 
+// The clique labels the host while any GPU of it stays visible.
+TEST(DetectNvml, CliqueNeedsAVisibleGpu) {
+  FakeNvml nvml;
+  ASSERT_TRUE(nvml.ok()) << ::dlerror();
+  nvml.set((std::string("00000000:18:00.0|NVIDIA GB200|GPU-c-0|") + kCluster + "|3").c_str());
+  DetectConfig c = fixture("nvidia-8xh100");
+  c.nvml_library = ACCRUN_FAKE_NVML;
+  c.environment = {{"CUDA_VISIBLE_DEVICES", "5"}};
+  Inventory inv = detect_ok(c);
+  EXPECT_EQ(ids_of(inv), (std::vector<int>{5}));
+  EXPECT_EQ(inv.labels.pod, "01234567-89ab-cdef-0123-456789abcdef.3") << "the host's GPUs share one domain";
+  c.environment = {{"CUDA_VISIBLE_DEVICES", "-1"}};
+  inv = detect_ok(c);
+  EXPECT_TRUE(inv.accelerators.empty());
+  EXPECT_FALSE(inv.labels.pod) << "no visible GPU: no NVLink domain to place ranks in";
+}
+
 TEST(DetectNvml, WithoutFabricNoPod) {
   FakeNvml nvml;
   ASSERT_TRUE(nvml.ok());

@@ -9,6 +9,7 @@
 #include "accrun/detect.hpp"
 #include "accrun/hostfile.hpp"
 #include "accrun/plan.hpp"
+#include "planner_fixtures.hpp"
 
 namespace accrun::launcher {
 namespace {
@@ -17,43 +18,7 @@ using detect::Quantity;
 
 const std::string kDir = std::string(ACCRUN_FIXTURES_DIR) + "/hostfiles/";
 
-Quantity q(const char* s) { return *Quantity::parse(s); }
-
-detect::Inventory host(const std::string& name, int gpus, const std::string& type = "H100",
-                       const std::string& vendor = "nvidia", const std::string& resource = "GPU") {
-  detect::Inventory inv;
-  inv.host = name;
-  for (int i = 0; i < gpus; ++i) {
-    detect::Accelerator a;
-    a.resource = resource;
-    a.vendor = vendor;
-    a.id = i;
-    a.type = type;
-    inv.accelerators.push_back(a);
-  }
-  return inv;
-}
-
-// numa × cores_per_numa cores of 2 PUs (PU p and p+total, as Linux numbers
-// hyperthreads); devices spread evenly over the NUMA nodes.
-detect::Inventory with_cores(detect::Inventory inv, int numa, int cores_per_numa) {
-  const int total = numa * cores_per_numa;
-  for (int n = 0; n < numa; ++n) {
-    for (int c = 0; c < cores_per_numa; ++c) {
-      const int core = n * cores_per_numa + c;
-      inv.cores.push_back(detect::Core{n, {core, core + total}});
-    }
-  }
-  inv.cpus = 2 * total;
-  inv.numa_nodes = numa;
-  const int devs = static_cast<int>(inv.accelerators.size());
-  for (auto& a : inv.accelerators) a.numa = devs ? a.id * numa / devs : 0;
-  return inv;
-}
-
-HostSlots slots(detect::Inventory inv, std::optional<int> n, std::string origin = "test") {
-  return HostSlots{std::move(inv), n, std::move(origin)};
-}
+using namespace planner_test;
 
 std::vector<HostSlots> from_hostfile(const std::string& file) {
   auto entries = hostfiles::read_hostfile(kDir + file);
@@ -64,19 +29,7 @@ std::vector<HostSlots> from_hostfile(const std::string& file) {
   return out;
 }
 
-JobSpec spec_of(int np, std::vector<std::pair<std::string, Quantity>> per_rank = {}) {
-  JobSpec s;
-  s.np = np;
-  s.per_rank = std::move(per_rank);
-  s.master_port = 29500;
-  return s;
-}
-
-const std::string& env(const RankPlan& r, const std::string& k) {
-  static const std::string kMissing = "<unset>";
-  auto it = r.env.find(k);
-  return it == r.env.end() ? kMissing : it->second;
-}
+const std::string& env(const RankPlan& r, const std::string& k) { return var(r.env, k); }
 
 std::vector<int> cpus_of(const std::string& list) {
   std::vector<int> out;

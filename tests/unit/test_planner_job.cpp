@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <fstream>
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <unistd.h>
 
 #include "accrun/commands.hpp"
+#include "accrun/detect.hpp"
 
 namespace accrun::launcher {
 namespace {
@@ -44,14 +46,16 @@ class BuildPlan : public ::testing::Test {
     for (auto& e : env_strings_) envp_.push_back(e.data());
     envp_.push_back(nullptr);
   }
-  Result<Plan> run(std::initializer_list<std::string> args) {
+  // `detected`: what the hosts' own agents reported, by host name.
+  Result<Plan> run(std::initializer_list<std::string> args,
+                   const std::map<std::string, detect::Inventory>* detected = nullptr) {
     std::vector<std::string> words = {"accrun"};
     words.insert(words.end(), args.begin(), args.end());
     std::vector<const char*> argv;
     for (const auto& w : words) argv.push_back(w.c_str());
     auto o = parse_options(static_cast<int>(argv.size()), argv.data());
     if (!o) return o.status();
-    return build_plan(*o, envp_.data(), 4242);
+    return build_plan(*o, envp_.data(), 4242, detected);
   }
 
   // Detection reads the fake root `root` with the extra variables `extra`.
@@ -186,6 +190,60 @@ TEST_F(BuildPlan, PodBlocksUseDetectedTpuSlice) {
   ASSERT_EQ(p->ranks.size(), 4u);
   EXPECT_EQ(p->ranks[0].env.at("ACCRUN_POD"), "tpu-slice-w0");
   EXPECT_EQ(p->ranks[3].env.at("ACCRUN_HOST"), "localhost");
+}
+
+// Agents report their hosts as --detect --json does; a host whose GPUs sit
+// in an NVLink fabric carries NVML's clique as its pod label.
+std::map<std::string, detect::Inventory> agents_report(const std::string& json) {
+  std::map<std::string, detect::Inventory> out;
+  auto hosts = detect::from_json(json);
+  EXPECT_TRUE(hosts.is_ok()) << hosts.status().message();
+  if (!hosts) return out;
+  for (auto& h : *hosts) out[h.host] = std::move(h);
+  return out;
+}
+
+std::string agent_host(const std::string& name, const std::string& pod) {
+  std::string gpus;
+  for (int i = 0; i < 4; ++i) {
+    gpus += std::string(i ? ", " : "") + "{\"resource\": \"GPU\", \"id\": " + std::to_string(i) +
+            ", \"type\": \"GB200\", \"pci\": null, \"numa\": null, \"cpus\": null, \"uuid\": null, "
+            "\"logical\": false}";
+  }
+  return "{\"host\": \"" + name + "\", \"cpus\": 8, \"numa_nodes\": 1, \"labels\": {\"pod\": " +
+         (pod.empty() ? "null" : "\"" + pod + "\"") + ", \"zone\": null, \"region\": null}, \"accelerators\": [" +
+         gpus + "]}";
+}
+
+// --pod-blocks groups hosts by the NVLink domain their agents detected, with
+// no label in the hostfile; a host without NVML fabric falls back to the
+// hostfile's pod=, and a pod= written in the hostfile wins over detection.
+TEST_F(BuildPlan, PodBlocksUseDetectedNvlinkDomains) {
+  const std::string clique = "00112233-4455-6677-8899-aabbccddeeff.4";
+  const auto detected = agents_report("{\"hosts\": [" + agent_host("r1", clique) + ", " + agent_host("r3", "") +
+                                      ", " + agent_host("r2", clique) + "]}");
+  ASSERT_EQ(detected.size(), 3u);
+  // r3, listed between them, is in no NVLink domain: its own group.
+  const std::string hosts = write("nvl", "r1 slots=4\nr3 slots=4\nr2 slots=4\n");
+  auto p = run({"--dry-run", "-n", "8", "--gpus-per-rank", "1", "--pod-blocks", "8", "--hostfile", hosts, "true"},
+               &detected);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->ranks[3].env.at("ACCRUN_HOST"), "r1");
+  EXPECT_EQ(p->ranks[4].env.at("ACCRUN_HOST"), "r2") << "the block stays in r1's NVLink domain";
+  EXPECT_EQ(p->ranks[7].env.at("ACCRUN_POD"), clique);
+  // Without the detected domain the same request has no group of 8.
+  p = run({"--dry-run", "-n", "8", "--gpus-per-rank", "1", "--pod-blocks", "8", "--hostfile", hosts, "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().message().find("fits in no pod group"), std::string::npos) << p.status().message();
+
+  // The hostfile labels r3, whose agent found no fabric, and relabels r2.
+  const std::string labelled = write("nvl-labelled", "r1 slots=4\nr3 slots=4 pod=rack-b\nr2 slots=4 pod=rack-b\n");
+  p = run({"--dry-run", "-n", "8", "--gpus-per-rank", "1", "--pod-blocks", "8", "--hostfile", labelled, "true"},
+          &detected);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->ranks[0].env.at("ACCRUN_HOST"), "r3");
+  EXPECT_EQ(p->ranks[4].env.at("ACCRUN_HOST"), "r2");
+  EXPECT_EQ(p->ranks[4].env.at("ACCRUN_POD"), "rack-b");
 }
 
 // --num-gpus beyond an inherited mask would hand out ids the mask hides.
