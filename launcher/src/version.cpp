@@ -30,7 +30,12 @@ std::string version_text() {
   s += part("MPI backend", ACCRUN_HAVE_MPI != 0, "libmpi.so.40");
   s += part("NCCL backend", ACCRUN_HAVE_NCCL != 0, "libnccl.so.2");
   s += part("CUDA runtime", ACCRUN_HAVE_NCCL != 0, "libcudart.so.13");
-  s += part("libfabric transport", ACCRUN_HAVE_LIBFABRIC != 0, "libfabric.so.1");
+  // The store's transports: what its groups can actually use.
+  s += "  store transports: shm (inside a host), tcp (between hosts)\n";
+  s += std::string("  libfabric transport: not built (") +
+       (ACCRUN_HAVE_LIBFABRIC != 0 ? "libfabric was found, but no store transport uses it yet"
+                                  : "libfabric was not found") +
+       ")\n";
   s += part("NVML (detection)", true, "libnvidia-ml.so.1");
   return s;
 }

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# hosts.sh BUILD_DIR — the store backend across the namespace test bed's
+# hosts against Open MPI's own collectives over its tcp BTL (raw-mpi) in the
+# same launch, and the store's large sends against one raw TCP stream
+# between the same two hosts.  Brings the test bed up if it is not (root).
+#   2 hosts x 1 rank and 4 hosts x 2 ranks: osu_allreduce, osu_bcast,
+#   osu_allgather --backend store,raw-mpi, 8 B .. 4 MiB (each table ends
+#   with a ratio table, store / raw-mpi, per size)
+#   osu_bw --backend store between h1 and h2, and tcp_stream h2 -> h1
+set -uo pipefail
+b=${1:?usage: hosts.sh BUILD_DIR}
+src=$(cd "$(dirname "$0")/../.." && pwd)
+tb=$src/tests/testbed/testbed
+"$tb" status >/dev/null 2>&1 || "$tb" up >/dev/null || exit $?
+eval "$("$tb" env)"
+agent="ssh -F $ACCRUN_TESTBED_SSH_CONFIG"
+mpi=(-x OMPI_ALLOW_RUN_AS_ROOT=1 -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 -x OMPI_MCA_btl=self,vader,tcp
+     -x OMPI_MCA_hwloc_base_binding_policy=none)
+for layout in "2 h1:1,h2:1" "8 h1:2,h2:2,h3:2,h4:2"; do
+  set -- $layout
+  for bench in allreduce bcast allgather; do
+    echo "## $bench, $1 ranks on $2"
+    "$b/launcher/accrun" --timeout 600 -n "$1" -H "$2" --launch-agent "$agent" "${mpi[@]}" \
+      "$b/benchmarks/osu_$bench" --backend store,raw-mpi -m 8:4194304
+  done
+done
+echo "## osu_bw, store, h1 -> h2"
+"$b/launcher/accrun" --timeout 300 -n 2 -H h1:1,h2:1 --launch-agent "$agent" "${mpi[@]}" \
+  "$b/benchmarks/osu_bw" --backend store,raw-mpi -m 1048576:16777216
+echo "## one TCP stream, h1 -> h2, 2 GiB"
+"$tb" hx h2 "$b/benchmarks/tcp_stream" serve 7999 &
+sleep 0.3
+"$tb" hx h1 "$b/benchmarks/tcp_stream" send h2 7999 2048
+wait

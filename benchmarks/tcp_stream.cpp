@@ -1,0 +1,98 @@
+// tcp_stream — what one TCP stream moves between two hosts, the anchor for
+// the store's large messages across hosts (benchmarks/README.md).
+//
+//   tcp_stream serve PORT            accept one connection, read until EOF,
+//                                    print the bytes and GB/s
+//   tcp_stream send HOST PORT MIB    connect, write MIB MiB in 4 MiB writes,
+//                                    print GB/s (from connect to the
+//                                    receiver's close)
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+int serve(int port) {
+  const int l = socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(l, 1) != 0) {
+    std::perror("tcp_stream: listen");
+    return 1;
+  }
+  const int fd = accept(l, nullptr, nullptr);
+  std::vector<char> buf(4 << 20);
+  long long total = 0;
+  const double t0 = now();
+  for (ssize_t n; (n = read(fd, buf.data(), buf.size())) > 0;) total += n;
+  const double t = now() - t0;
+  std::printf("tcp_stream: received %lld bytes in %.3f s: %.3f GB/s\n", total, t, total / t / 1e9);
+  close(fd);
+  close(l);
+  return 0;
+}
+
+int send_to(const char* host, int port, long mib) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(host, std::to_string(port).c_str(), &hints, &res) != 0) {
+    std::fprintf(stderr, "tcp_stream: cannot resolve %s\n", host);
+    return 1;
+  }
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int rc = -1;
+  for (int i = 0; i < 100 && rc != 0; ++i) {  // the server may still be starting
+    rc = connect(fd, res->ai_addr, res->ai_addrlen);
+    if (rc != 0) usleep(50000);
+  }
+  freeaddrinfo(res);
+  if (rc != 0) {
+    std::perror("tcp_stream: connect");
+    return 1;
+  }
+  std::vector<char> buf(4 << 20, 'x');
+  const double t0 = now();
+  for (long i = 0; i < mib / 4; ++i) {
+    for (size_t off = 0; off < buf.size();) {
+      const ssize_t n = write(fd, buf.data() + off, buf.size() - off);
+      if (n <= 0) {
+        std::perror("tcp_stream: write");
+        return 1;
+      }
+      off += static_cast<size_t>(n);
+    }
+  }
+  shutdown(fd, SHUT_WR);
+  char c;
+  while (read(fd, &c, 1) > 0) {
+  }
+  const double t = now() - t0;
+  std::printf("tcp_stream: sent %ld MiB in %.3f s: %.3f GB/s\n", mib, t, mib * 1048576.0 / t / 1e9);
+  close(fd);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[1], "serve") == 0) return serve(std::atoi(argv[2]));
+  if (argc == 5 && std::strcmp(argv[1], "send") == 0) return send_to(argv[2], std::atoi(argv[3]), std::atol(argv[4]));
+  std::fprintf(stderr, "usage: tcp_stream serve PORT | tcp_stream send HOST PORT MIB\n");
+  return 2;
+}
