@@ -177,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(Sizes, StoreWorld,
 // interleave (leaders are not group rank 0 of the exchange order).
 INSTANTIATE_TEST_SUITE_P(Hosts, StoreWorld,
                          ::testing::Values(Layout{4, "aabb"}, Layout{4, "abcd"}, Layout{3, "aba"},
-                                           Layout{5, "abacb"}),
+                                           Layout{5, "abacb"}, Layout{8, "aabbccdd"}),
                          [](const auto& info) { return std::string("hosts_") + info.param.hosts; });
 
 // Broadcast roots run ahead of their readers through the broadcast rings:
@@ -207,7 +207,7 @@ TEST(StoreBroadcast, RootsRunAheadOfAStalledReader) {
 
 // 4 MiB and more: allreduce, broadcast and allgather across many chunks.
 TEST(StoreLarge, FourMiBAndMore) {
-  for (auto [p, hosts] : {std::pair<int, const char*>{2, ""}, {4, ""}, {4, "aabb"}, {3, "abc"}}) {
+  for (auto [p, hosts] : {std::pair<int, const char*>{2, ""}, {4, ""}, {4, "aabb"}, {3, "abc"}, {8, "aabbccdd"}}) {
     World w;
     w.run(on_hosts(spec("large", p), hosts), [&](int r, Backend& b) {
       const std::size_t count = (4u << 20) / 4 + 123;  // a little over 4 MiB of float32

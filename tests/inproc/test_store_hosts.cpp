@@ -183,3 +183,29 @@ TEST(StoreHosts, AConnectionWithoutTheTokenIsRefusedAndTheGroupGoesOn) {
 
 }  // namespace
 }  // namespace accrun::collectives::testing
+
+namespace accrun::collectives::testing {
+namespace {
+
+// Many calls of every size in a row, as a benchmark makes them: the
+// exchange (small), the ring (large) and barriers interleave on 4 hosts x 2.
+TEST(StoreHosts, ThousandsOfCallsOfEverySize) {
+  World w;
+  w.run(on_hosts(spec("stress", 8, 60'000), "aabbccdd"), [&](int r, Backend& b) {
+    for (std::size_t bytes = 8; bytes <= (1u << 20); bytes *= 4) {
+      const std::size_t count = bytes / 4;
+      std::vector<float> in(count, static_cast<float>(r)), out(count);
+      for (int i = 0; i < (bytes < 65536 ? 200 : 20); ++i) {
+        Status s = b.allreduce(in.data(), out.data(), count, DType::kFloat32, Op::kSum, nullptr);
+        ASSERT_TRUE(s.is_ok()) << "rank " << r << " bytes " << bytes << " call " << i << ": " << s.message();
+        ASSERT_EQ(out[count - 1], 28.0f) << bytes;
+        if (i % 50 == 0) {
+          ASSERT_TRUE(b.barrier().is_ok());
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+}  // namespace accrun::collectives::testing

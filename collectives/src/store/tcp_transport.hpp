@@ -29,6 +29,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <poll.h>
+
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -131,6 +133,9 @@ class TcpTransport final : public Transport {
   std::vector<Link> links_;
   std::vector<Pending> pending_;
   std::vector<std::unique_ptr<TaggedChannel>> channels_;
+  char stage_[64 * 1024];  // read_link's staging buffer (the caller's thread)
+  std::vector<pollfd> poll_fds_;  // progress()'s, kept between calls
+  std::vector<int> poll_who_;
   // The sending side of every link (out_fd, outq, out_off, queued, lost)
   // is shared with the writer thread under out_mu_; the receiving side is
   // the caller's alone.
