@@ -159,15 +159,17 @@ Status HierGroup::lsend(int host, const void* data, std::size_t len, const Wait&
 Status HierGroup::lrecv(int host, void* data, std::size_t len, const Wait& w) {
   std::string got;
   ACCRUN_RETURN_IF_ERROR(lrecv_any(host, &got, w));
-  if (got.size() != len) {
+  if (got.size() != sizeof(Sig) + len) {
     return invalid_usage("group '" + name_ + "': " + op_ + ": " + tcp_->describe(hosts_[static_cast<std::size_t>(host)].front()) +
-                         " sent " + std::to_string(got.size()) + " bytes where " + std::to_string(len) + " were due");
+                         " sent " + std::to_string(got.size() - sizeof(Sig)) + " bytes where " + std::to_string(len) +
+                         " were due");
   }
-  std::memcpy(data, got.data(), len);
+  std::memcpy(data, got.data() + sizeof(Sig), len);
   return Status::ok();
 }
 
-// The next leader message from a host, its signature checked and removed.
+// The next leader message from a host, its signature checked (and left in
+// front: the data starts sizeof(Sig) bytes in, so nothing is moved).
 Status HierGroup::lrecv_any(int host, std::string* out, const Wait& w) {
   const int from = hosts_[static_cast<std::size_t>(host)].front();
   ACCRUN_RETURN_IF_ERROR(tcp_->recv_message(from, TcpTransport::kCollective, out, w));
@@ -190,7 +192,6 @@ Status HierGroup::lrecv_any(int host, std::string* out, const Wait& w) {
     return invalid_usage("group '" + name_ + "': the members disagree: group rank " + std::to_string(rank_) +
                          " called " + text(sig_) + ", " + tcp_->describe(from) + " called " + text(theirs));
   }
-  out->erase(0, sizeof theirs);
   return Status::ok();
 }
 
@@ -215,13 +216,18 @@ Status HierGroup::leaders_allreduce(char* buf, std::size_t count, DType dt, Op o
   if (bytes <= kSmallBytes || count < static_cast<std::size_t>(hosts)) {
     std::vector<std::string> parts;
     ACCRUN_RETURN_IF_ERROR(leaders_exchange(buf, bytes, &parts));
-    parts[static_cast<std::size_t>(my_host_)].assign(buf, bytes);
-    for (const std::string& p : parts) {
-      if (p.size() != bytes) return invalid_usage("group '" + name_ + "': " + op_ + ": a host sent a part of another size");
+    for (int h = 0; h < hosts; ++h) {
+      if (h != my_host_ && parts[static_cast<std::size_t>(h)].size() != sizeof(Sig) + bytes)
+        return invalid_usage("group '" + name_ + "': " + op_ + ": a host sent a part of another size");
     }
+    auto part = [&](int h) -> const char* {
+      return h == my_host_ ? buf : parts[static_cast<std::size_t>(h)].data() + sizeof(Sig);
+    };
     // In host order, so every leader computes the same bits.
-    std::memcpy(buf, parts[0].data(), bytes);
-    for (int h = 1; h < hosts; ++h) reduce_into(dt, op, buf, parts[static_cast<std::size_t>(h)].data(), count);
+    acc_.resize(bytes);
+    std::memcpy(acc_.data(), part(0), bytes);
+    for (int h = 1; h < hosts; ++h) reduce_into(dt, op, acc_.data(), part(h), count);
+    std::memcpy(buf, acc_.data(), bytes);
     return Status::ok();
   }
   // Ring: reduce-scatter then allgather, in blocks of about count / hosts.
@@ -327,19 +333,21 @@ Status HierGroup::allgather(const void* send, void* recv, std::size_t n, DType d
   sig_ = Sig{kAllgather, static_cast<std::uint32_t>(dt), 0, -1, n};
   const std::size_t blk = n * dtype_size(dt);
   const auto& mine = hosts_[static_cast<std::size_t>(my_host_)];
-  std::vector<char> host_block(mine.size() * blk);
+  std::vector<char>& host_block = acc_;
+  host_block.resize(mine.size() * blk);
   // In place (send == recv): this member's part is already at its block.
   const void* part = send == recv ? static_cast<const char*>(recv) + static_cast<std::size_t>(rank_) * blk : send;
   ACCRUN_RETURN_IF_ERROR(run(local_->allgather(part, host_block.data(), n, dt, nullptr)));
   if (leader()) {
     std::vector<std::string> parts;
     ACCRUN_RETURN_IF_ERROR(run(leaders_exchange(host_block.data(), host_block.size(), &parts)));
-    parts[static_cast<std::size_t>(my_host_)].assign(host_block.data(), host_block.size());
     for (std::size_t h = 0; h < hosts_.size(); ++h) {
-      if (parts[h].size() != hosts_[h].size() * blk)
+      const bool me = static_cast<int>(h) == my_host_;
+      if (!me && parts[h].size() != sizeof(Sig) + hosts_[h].size() * blk)
         return run(invalid_usage("group '" + name_ + "': allgather: a host sent a block of another size"));
+      const char* from = me ? host_block.data() : parts[h].data() + sizeof(Sig);
       for (std::size_t i = 0; i < hosts_[h].size(); ++i)
-        std::memcpy(static_cast<char*>(recv) + static_cast<std::size_t>(hosts_[h][i]) * blk, parts[h].data() + i * blk, blk);
+        std::memcpy(static_cast<char*>(recv) + static_cast<std::size_t>(hosts_[h][i]) * blk, from + i * blk, blk);
     }
   }
   return run(local_->broadcast(recv, n * static_cast<std::size_t>(size_), dt, 0, nullptr));

@@ -110,6 +110,7 @@ class HierGroup final : public Backend {
   bool told_ = false;  // the failure came from another leader, who told the rest
   int depth_ = 0;
   std::vector<PendingRecv> pending_;
+  std::vector<char> acc_;  // scratch of the collectives, kept between calls
 };
 
 }  // namespace accrun::collectives::store
