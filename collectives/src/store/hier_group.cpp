@@ -129,6 +129,7 @@ Status HierGroup::check_rank(int r, const char* what) const {
 
 Status HierGroup::fail(Status s) {
   if (s.code() == Code::kInvalidArgument) return s;  // refused before anything moved
+  if (tcp_ != nullptr) tcp_->unborrow();  // the caller's buffers are its own again
   if (broken_.is_ok()) {
     broken_ = Status(s.code(), s.message() + " (the group is unusable now; destroy it)");
     local_->give_up(s);  // this host's members
@@ -151,9 +152,13 @@ Status HierGroup::fail(Status s) {
 
 // ------------------------------------------------------------ between leaders
 
-Status HierGroup::lsend(int host, const void* data, std::size_t len, const Wait& w) {
+Status HierGroup::lsend(int host, const void* data, std::size_t len, const Wait& w, bool borrow) {
   return tcp_->send2(hosts_[static_cast<std::size_t>(host)].front(), TcpTransport::kCollective, &sig_, sizeof sig_,
-                     data, len, w);
+                     data, len, w, borrow);
+}
+
+Status HierGroup::lflush(int host, const Wait& w) {
+  return tcp_->flush_link(hosts_[static_cast<std::size_t>(host)].front(), w);
 }
 
 Status HierGroup::lrecv(int host, void* data, std::size_t len, const Wait& w) {
@@ -199,12 +204,14 @@ Status HierGroup::lrecv_any(int host, std::string* out, const Wait& w) {
 Status HierGroup::leaders_exchange(const char* mine, std::size_t mine_len, std::vector<std::string>* theirs) {
   const int hosts = static_cast<int>(hosts_.size());
   const Wait w = wait_spec();
-  for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(lsend((my_host_ + i) % hosts, mine, mine_len, w));
+  // `mine` stays as it is until this returns: sent from where it lies.
+  for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(lsend((my_host_ + i) % hosts, mine, mine_len, w, true));
   theirs->assign(static_cast<std::size_t>(hosts), std::string());
   for (int i = 1; i < hosts; ++i) {
     const int h = (my_host_ - i + hosts) % hosts;
     ACCRUN_RETURN_IF_ERROR(lrecv_any(h, &(*theirs)[static_cast<std::size_t>(h)], w));
   }
+  for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(lflush((my_host_ + i) % hosts, w));
   return Status::ok();
 }
 
@@ -262,7 +269,8 @@ Status HierGroup::leaders_broadcast(char* buf, std::size_t bytes, int root_host)
   const Wait w = wait_spec();
   if (bytes <= kSmallBytes) {
     if (my_host_ == root_host) {
-      for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(lsend((root_host + i) % hosts, buf, bytes, w));
+      for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(lsend((root_host + i) % hosts, buf, bytes, w, true));
+      for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(lflush((root_host + i) % hosts, w));
       return Status::ok();
     }
     return lrecv(root_host, buf, bytes, w);
@@ -274,9 +282,9 @@ Status HierGroup::leaders_broadcast(char* buf, std::size_t bytes, int root_host)
   for (std::size_t off = 0; off < bytes; off += kChainChunk) {
     const std::size_t n = std::min(kChainChunk, bytes - off);
     if (pos > 0) ACCRUN_RETURN_IF_ERROR(lrecv(prev, buf + off, n, w));
-    if (pos < hosts - 1) ACCRUN_RETURN_IF_ERROR(lsend(next, buf + off, n, w));
+    if (pos < hosts - 1) ACCRUN_RETURN_IF_ERROR(lsend(next, buf + off, n, w, true));
   }
-  return Status::ok();
+  return pos < hosts - 1 ? lflush(next, w) : Status::ok();
 }
 
 // ------------------------------------------------------------ collectives

@@ -85,7 +85,10 @@ class HierGroup final : public Backend {
 
   // Between leaders (host indices), tag kCollective, each message led by
   // the call's signature.
-  Status lsend(int host, const void* data, std::size_t len, const Wait& w);
+  // borrow: sent from `data` itself, which must not change before
+  // lflush(host) (see TcpTransport::send2).
+  Status lsend(int host, const void* data, std::size_t len, const Wait& w, bool borrow = false);
+  Status lflush(int host, const Wait& w);
   Status lrecv(int host, void* data, std::size_t len, const Wait& w);
   Status lrecv_any(int host, std::string* out, const Wait& w);
   Status leaders_allreduce(char* buf, std::size_t count, DType dt, Op op);

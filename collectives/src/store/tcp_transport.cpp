@@ -234,7 +234,8 @@ Status TcpTransport::connect_to(int peer, const Wait& w) {
     std::memcpy(hello + 8, token, 16);
     std::lock_guard<std::mutex> lock(out_mu_);
     l.out_fd = fd;
-    l.outq.emplace_front(reinterpret_cast<const char*>(hello), sizeof hello);  // goes first
+    l.outq.emplace_front();  // goes first
+    l.outq.front().own.assign(reinterpret_cast<const char*>(hello), sizeof hello);
     l.queued += sizeof hello;
     write_link_locked(peer);
     if (l.queued > 0) wake_writer();
@@ -244,16 +245,38 @@ Status TcpTransport::connect_to(int peer, const Wait& w) {
 }
 
 Status TcpTransport::send(int peer, Tag tag, const void* data, std::size_t len, const Wait& w) {
-  return enqueue(peer, tag, nullptr, 0, data, len, w);
+  return enqueue(peer, tag, nullptr, 0, data, len, w, false);
 }
 
 Status TcpTransport::send2(int peer, Tag tag, const void* head, std::size_t head_len, const void* data,
-                           std::size_t len, const Wait& w) {
-  return enqueue(peer, tag, head, head_len, data, len, w);
+                           std::size_t len, const Wait& w, bool borrow) {
+  return enqueue(peer, tag, head, head_len, data, len, w, borrow);
+}
+
+void TcpTransport::unborrow() {
+  std::lock_guard<std::mutex> lock(out_mu_);
+  for (Link& l : links_) {
+    for (Link::Chunk& c : l.outq) {
+      if (c.borrowed == nullptr) continue;
+      c.own.assign(c.borrowed, c.borrowed_len);
+      c.borrowed = nullptr;
+      c.borrowed_len = 0;
+    }
+  }
+}
+
+Status TcpTransport::flush_link(int peer, const Wait& w) {
+  Link& l = links_[static_cast<std::size_t>(peer)];
+  return wait_for(
+      [&] {
+        std::lock_guard<std::mutex> g(out_mu_);
+        return l.queued == 0 || !l.lost.empty();
+      },
+      peer, w, "its messages to be sent");
 }
 
 Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t head_len, const void* data,
-                             std::size_t len, const Wait& w) {
+                             std::size_t len, const Wait& w, bool borrow) {
   Link& l = links_[static_cast<std::size_t>(peer)];
   if (std::string why = lost(peer); !why.empty())
     return remote_error("group '" + name_ + "': " + w.op + ": " + describe(peer) + " " + why);
@@ -277,7 +300,6 @@ Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t he
   }
   if (sent < total) {
     std::string rest;
-    rest.reserve(total - sent);
     auto add = [&](const void* p, std::size_t n, std::size_t base) {
       if (sent < base + n && n > 0) {
         const std::size_t from = sent > base ? sent - base : 0;
@@ -286,9 +308,20 @@ Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t he
     };
     add(frame, kHeadBytes, 0);
     add(head, head_len, kHeadBytes);
-    add(data, len, kHeadBytes + head_len);
-    l.queued += rest.size();
-    l.outq.push_back(std::move(rest));
+    const std::size_t data_base = kHeadBytes + head_len;
+    if (!borrow || len == 0) add(data, len, data_base);
+    if (!rest.empty()) {
+      l.queued += rest.size();
+      l.outq.emplace_back();
+      l.outq.back().own = std::move(rest);
+    }
+    if (borrow && len > 0) {
+      const std::size_t from = sent > data_base ? sent - data_base : 0;
+      l.outq.emplace_back();
+      l.outq.back().borrowed = static_cast<const char*>(data) + from;
+      l.outq.back().borrowed_len = len - from;
+      l.queued += len - from;
+    }
     wake_writer();  // the writer thread sends the rest, whatever this thread does next
   }
   if (l.queued > pair_buffer_max_) {
@@ -403,7 +436,11 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
 
 void TcpTransport::progress(int timeout_ms) {
   std::vector<pollfd>& fds = poll_fds_;
-  std::vector<int>& who = poll_who_;  // >= 0: link index; -1 listener; -2 - i: pending i
+  // who: >= 0 a link's incoming side; -1 the listener; -2 - i pending i;
+  // kOut + q link q's outgoing side (this thread writes too while it waits,
+  // rather than leave it all to the writer thread)
+  constexpr int kOut = 1 << 24;
+  std::vector<int>& who = poll_who_;
   fds.clear();
   who.clear();
   fds.push_back({listen_fd_, POLLIN, 0});
@@ -419,12 +456,25 @@ void TcpTransport::progress(int timeout_ms) {
       who.push_back(static_cast<int>(q));
     }
   }
+  {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    for (std::size_t q = 0; q < links_.size(); ++q) {
+      const Link& l = links_[q];
+      if (l.out_fd >= 0 && l.queued > 0 && l.lost.empty()) {
+        fds.push_back({l.out_fd, POLLOUT, 0});
+        who.push_back(kOut + static_cast<int>(q));
+      }
+    }
+  }
   if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
   std::vector<std::size_t> done_pending;
   for (std::size_t i = 0; i < fds.size(); ++i) {
     if (fds[i].revents == 0) continue;
     const int w = who[i];
-    if (w == -1) {
+    if (w >= kOut) {
+      std::lock_guard<std::mutex> lock(out_mu_);
+      write_link_locked(w - kOut);
+    } else if (w == -1) {
       for (;;) {
         const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;
@@ -536,7 +586,7 @@ void TcpTransport::read_link(int peer) {
 void TcpTransport::write_link_locked(int peer) {
   Link& l = links_[static_cast<std::size_t>(peer)];
   while (!l.outq.empty()) {
-    const std::string& front = l.outq.front();
+    const Link::Chunk& front = l.outq.front();
     const ssize_t n = ::send(l.out_fd, front.data() + l.out_off, front.size() - l.out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;

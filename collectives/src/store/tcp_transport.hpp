@@ -59,8 +59,16 @@ class TcpTransport final : public Transport {
 
   // Tagged messages, for the hierarchical group.
   Status send(int peer, Tag tag, const void* data, std::size_t len, const Wait& w);
+  // borrow: what the socket does not take at once is not copied but sent
+  // from `data` by the writer thread; the caller keeps `data` unchanged
+  // until flush_link(peer) has returned.
   Status send2(int peer, Tag tag, const void* head, std::size_t head_len, const void* data, std::size_t len,
-               const Wait& w);
+               const Wait& w, bool borrow = false);
+  // Waits until everything queued towards peer has been handed to the kernel.
+  Status flush_link(int peer, const Wait& w);
+  // Copies whatever is still borrowed, so the caller's memory is free again
+  // (a collective that fails before its flush).
+  void unborrow();
   // Receives the next message of `tag` from peer; *got is its length.
   // kInvalidArgument (the message stays queued) when it exceeds max_len.
   Status recv(int peer, Tag tag, void* data, std::size_t max_len, std::size_t* got, const Wait& w);
@@ -79,7 +87,16 @@ class TcpTransport final : public Transport {
     std::string address;  // "port ip,ip token" as published; empty until looked up
     int out_fd = -1;      // our messages to the peer (we connected)
     int in_fd = -1;       // its messages to us (it connected)
-    std::deque<std::string> outq;  // bytes the socket has not taken yet
+    // Bytes the socket has not taken yet: copies, or (a borrowed send) the
+    // caller's own memory, valid until it has flushed the link.
+    struct Chunk {
+      std::string own;
+      const char* borrowed = nullptr;
+      std::size_t borrowed_len = 0;
+      const char* data() const { return borrowed != nullptr ? borrowed : own.data(); }
+      std::size_t size() const { return borrowed != nullptr ? borrowed_len : own.size(); }
+    };
+    std::deque<Chunk> outq;
     std::size_t out_off = 0;       // of outq.front()
     std::size_t queued = 0;        // bytes in outq
     // Reading: a header, then its body.
@@ -104,7 +121,7 @@ class TcpTransport final : public Transport {
   Status listen_and_publish();
   Status connect_to(int peer, const Wait& w);
   Status enqueue(int peer, Tag tag, const void* head, std::size_t head_len, const void* data, std::size_t len,
-                 const Wait& w);
+                 const Wait& w, bool borrow);
   // One round of progress: accepts, reads and writes whatever is ready,
   // waiting up to timeout_ms for something to be.
   void progress(int timeout_ms);
