@@ -162,14 +162,18 @@ Status HierGroup::lflush(int host, const Wait& w) {
 }
 
 Status HierGroup::lrecv(int host, void* data, std::size_t len, const Wait& w) {
-  std::string got;
-  ACCRUN_RETURN_IF_ERROR(lrecv_any(host, &got, w));
-  if (got.size() != sizeof(Sig) + len) {
-    return invalid_usage("group '" + name_ + "': " + op_ + ": " + tcp_->describe(hosts_[static_cast<std::size_t>(host)].front()) +
-                         " sent " + std::to_string(got.size() - sizeof(Sig)) + " bytes where " + std::to_string(len) +
+  const int from = hosts_[static_cast<std::size_t>(host)].front();
+  std::string head;
+  bool placed = false;
+  // The data goes straight into `data` as it arrives; the signature to head.
+  ACCRUN_RETURN_IF_ERROR(tcp_->recv_split(from, TcpTransport::kCollective, sizeof(Sig), static_cast<char*>(data), len,
+                                          &head, &placed, w));
+  ACCRUN_RETURN_IF_ERROR(check_sig(from, head));
+  if (!placed) {
+    return invalid_usage("group '" + name_ + "': " + op_ + ": " + tcp_->describe(from) + " sent " +
+                         std::to_string(head.size() - sizeof(Sig)) + " bytes where " + std::to_string(len) +
                          " were due");
   }
-  std::memcpy(data, got.data() + sizeof(Sig), len);
   return Status::ok();
 }
 
@@ -178,6 +182,13 @@ Status HierGroup::lrecv(int host, void* data, std::size_t len, const Wait& w) {
 Status HierGroup::lrecv_any(int host, std::string* out, const Wait& w) {
   const int from = hosts_[static_cast<std::size_t>(host)].front();
   ACCRUN_RETURN_IF_ERROR(tcp_->recv_message(from, TcpTransport::kCollective, out, w));
+  return check_sig(from, *out);
+}
+
+// A leader message's signature against this member's call; another
+// leader's abort notice is its error.
+Status HierGroup::check_sig(int from, const std::string& message) {
+  const std::string* out = &message;
   Sig theirs{};
   if (out->size() >= sizeof theirs) std::memcpy(&theirs, out->data(), sizeof theirs);
   if (out->size() >= sizeof theirs && theirs.coll == kAbort) {
@@ -341,22 +352,44 @@ Status HierGroup::allgather(const void* send, void* recv, std::size_t n, DType d
   sig_ = Sig{kAllgather, static_cast<std::uint32_t>(dt), 0, -1, n};
   const std::size_t blk = n * dtype_size(dt);
   const auto& mine = hosts_[static_cast<std::size_t>(my_host_)];
-  std::vector<char>& host_block = acc_;
-  host_block.resize(mine.size() * blk);
+  char* out = static_cast<char*>(recv);
   // In place (send == recv): this member's part is already at its block.
-  const void* part = send == recv ? static_cast<const char*>(recv) + static_cast<std::size_t>(rank_) * blk : send;
-  ACCRUN_RETURN_IF_ERROR(run(local_->allgather(part, host_block.data(), n, dt, nullptr)));
+  const char* part = send == recv ? out + static_cast<std::size_t>(rank_) * blk : static_cast<const char*>(send);
+  // This host's block: the local allgather's result, or the part itself
+  // when the member is alone on its host.
+  const char* host_block = part;
+  if (mine.size() > 1) {
+    acc_.resize(mine.size() * blk);
+    ACCRUN_RETURN_IF_ERROR(run(local_->allgather(part, acc_.data(), n, dt, nullptr)));
+    host_block = acc_.data();
+  }
   if (leader()) {
-    std::vector<std::string> parts;
-    ACCRUN_RETURN_IF_ERROR(run(leaders_exchange(host_block.data(), host_block.size(), &parts)));
-    for (std::size_t h = 0; h < hosts_.size(); ++h) {
-      const bool me = static_cast<int>(h) == my_host_;
-      if (!me && parts[h].size() != sizeof(Sig) + hosts_[h].size() * blk)
+    const int hosts = static_cast<int>(hosts_.size());
+    const Wait w = wait_spec();
+    // Sent from where it lies; the leaders' blocks land in `recv` directly
+    // when a host's ranks are consecutive.
+    for (int i = 1; i < hosts; ++i)
+      ACCRUN_RETURN_IF_ERROR(run(lsend((my_host_ + i) % hosts, host_block, mine.size() * blk, w, true)));
+    for (int i = 1; i < hosts; ++i) {
+      const int h = (my_host_ - i + hosts) % hosts;
+      const auto& ranks = hosts_[static_cast<std::size_t>(h)];
+      const bool consecutive = ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size());
+      if (consecutive) {
+        ACCRUN_RETURN_IF_ERROR(run(lrecv(h, out + static_cast<std::size_t>(ranks.front()) * blk, ranks.size() * blk, w)));
+        continue;
+      }
+      std::string got;
+      ACCRUN_RETURN_IF_ERROR(run(lrecv_any(h, &got, w)));
+      if (got.size() != sizeof(Sig) + ranks.size() * blk)
         return run(invalid_usage("group '" + name_ + "': allgather: a host sent a block of another size"));
-      const char* from = me ? host_block.data() : parts[h].data() + sizeof(Sig);
-      for (std::size_t i = 0; i < hosts_[h].size(); ++i)
-        std::memcpy(static_cast<char*>(recv) + static_cast<std::size_t>(hosts_[h][i]) * blk, from + i * blk, blk);
+      for (std::size_t k = 0; k < ranks.size(); ++k)
+        std::memcpy(out + static_cast<std::size_t>(ranks[k]) * blk, got.data() + sizeof(Sig) + k * blk, blk);
     }
+    for (std::size_t k = 0; k < mine.size(); ++k) {
+      char* to = out + static_cast<std::size_t>(mine[k]) * blk;
+      if (to != host_block + k * blk) std::memmove(to, host_block + k * blk, blk);
+    }
+    for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(run(lflush((my_host_ + i) % hosts, w)));
   }
   return run(local_->broadcast(recv, n * static_cast<std::size_t>(size_), dt, 0, nullptr));
 }

@@ -91,6 +91,7 @@ class HierGroup final : public Backend {
   Status lflush(int host, const Wait& w);
   Status lrecv(int host, void* data, std::size_t len, const Wait& w);
   Status lrecv_any(int host, std::string* out, const Wait& w);
+  Status check_sig(int from, const std::string& message);
   Status leaders_allreduce(char* buf, std::size_t count, DType dt, Op op);
   Status leaders_broadcast(char* buf, std::size_t bytes, int root_host);
   Status leaders_exchange(const char* mine, std::size_t mine_len, std::vector<std::string>* theirs);

@@ -376,6 +376,36 @@ Status TcpTransport::recv_message(int peer, Tag tag, std::string* out, const Wai
   return Status::ok();
 }
 
+Status TcpTransport::recv_split(int peer, Tag tag, std::size_t keep, char* dest, std::size_t len,
+                                std::string* head, bool* placed, const Wait& w) {
+  Link& l = links_[static_cast<std::size_t>(peer)];
+  auto find = [&] {
+    return std::find_if(l.inbox.begin(), l.inbox.end(), [&](const Message& m) { return m.tag == tag; });
+  };
+  l.post = Link::Post{true, false, tag, keep, dest, len};
+  Status st = wait_for([&] { return find() != l.inbox.end(); }, peer, w, "a message", tag == kCollective);
+  const bool matched = l.post.matched;
+  l.post = Link::Post{};
+  if (!st.is_ok()) {
+    if (matched && l.in_body && l.direct == dest) {
+      // Still arriving: the rest goes to a buffer of the transport's own.
+      l.spill.assign(l.body_total - l.body_keep, '\0');
+      l.direct = l.spill.data();
+    }
+    return st;
+  }
+  auto it = find();
+  *placed = it->placed;
+  *head = std::move(it->bytes);
+  if (!*placed && head->size() == keep + len) {
+    std::memcpy(dest, head->data() + keep, len);  // it came before the receive was posted
+    head->resize(keep);
+    *placed = true;
+  }
+  l.inbox.erase(it);
+  return Status::ok();
+}
+
 Status TcpTransport::flush(const Wait& w) {
   return wait_for(
       [&] {
@@ -510,23 +540,26 @@ void TcpTransport::progress(int timeout_ms) {
   for (std::size_t i : done_pending) pending_.erase(pending_.begin() + static_cast<long>(i));
 }
 
-// Reads what the socket holds: a large body straight into its message,
-// anything else through a 64 KiB staging buffer parsed into frames, so a
-// small message costs one recv.
+// Reads what the socket holds: a large body straight into its message (or
+// a posted receive's buffer), anything else through a 64 KiB staging
+// buffer parsed into frames, so a small message costs one recv.
 void TcpTransport::read_link(int peer) {
   Link& l = links_[static_cast<std::size_t>(peer)];
+  // Where body byte `at` (of the frame) belongs.
+  auto place = [&l](std::size_t at) { return at < l.body_keep ? l.body.data() + at : l.direct + (at - l.body_keep); };
+  auto finish = [&l] {
+    l.inbox.push_back(Message{l.in_tag, std::move(l.body), l.direct != nullptr});
+    l.body.clear();
+    l.direct = nullptr;
+    l.in_body = false;
+  };
   for (;;) {
-    const std::size_t body_left = l.in_body ? l.body.size() - l.body_got : 0;
-    char* into;
-    std::size_t want;
-    const bool direct = body_left >= sizeof stage_;
-    if (direct) {
-      into = l.body.data() + l.body_got;
-      want = body_left;
-    } else {
-      into = stage_;
-      want = sizeof stage_;
-    }
+    const std::size_t body_left = l.in_body ? l.body_total - l.body_got : 0;
+    // A large remainder lying in one place is read there directly.
+    const std::size_t run = l.body_got < l.body_keep ? l.body_keep - l.body_got : body_left;
+    const bool direct = l.in_body && std::min(run, body_left) >= sizeof stage_;
+    char* into = direct ? place(l.body_got) : stage_;
+    const std::size_t want = direct ? std::min(run, body_left) : sizeof stage_;
     const ssize_t n = ::recv(l.in_fd, into, want, MSG_DONTWAIT);
     if (n == 0) {
       l.in_closed = true;
@@ -557,27 +590,37 @@ void TcpTransport::read_link(int peer) {
             return;
           }
           l.in_tag = get32(l.head + 4);
-          l.body.assign(get64(l.head + 8), '\0');
+          l.body_total = get64(l.head + 8);
           l.body_got = 0;
-          l.in_body = true;
           l.head_got = 0;
+          l.in_body = true;
+          // The posted receive's message: the first of its tag not yet
+          // taken, of the expected length.
+          Link::Post& po = l.post;
+          const bool earlier = std::any_of(l.inbox.begin(), l.inbox.end(),
+                                           [&](const Message& m) { return m.tag == l.in_tag; });
+          if (po.active && !po.matched && po.tag == l.in_tag && !earlier && l.body_total == po.keep + po.len) {
+            po.matched = true;
+            l.body_keep = po.keep;
+            l.direct = po.dest;
+          } else {
+            l.body_keep = l.body_total;
+            l.direct = nullptr;
+          }
+          l.body.assign(l.body_keep, '\0');
         }
-        const std::size_t take = std::min(l.body.size() - l.body_got, got - at);
-        std::memcpy(l.body.data() + l.body_got, stage_ + at, take);
-        l.body_got += take;
-        at += take;
-        if (l.body_got == l.body.size()) {
-          l.inbox.push_back(Message{l.in_tag, std::move(l.body)});
-          l.body.clear();
-          l.in_body = false;
+        std::size_t take = std::min(l.body_total - l.body_got, got - at);
+        while (take > 0) {  // at most two pieces: the kept head, then the rest
+          const std::size_t piece = l.body_got < l.body_keep ? std::min(take, l.body_keep - l.body_got) : take;
+          std::memcpy(place(l.body_got), stage_ + at, piece);
+          l.body_got += piece;
+          at += piece;
+          take -= piece;
         }
+        if (l.body_got == l.body_total) finish();
       }
     }
-    if (l.in_body && l.body_got == l.body.size()) {
-      l.inbox.push_back(Message{l.in_tag, std::move(l.body)});
-      l.body.clear();
-      l.in_body = false;
-    }
+    if (l.in_body && l.body_got == l.body_total) finish();
     if (got < want) return;  // the socket is drained
   }
 }

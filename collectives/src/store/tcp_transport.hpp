@@ -74,6 +74,13 @@ class TcpTransport final : public Transport {
   Status recv(int peer, Tag tag, void* data, std::size_t max_len, std::size_t* got, const Wait& w);
   // Receives the next message of `tag` from peer, whole.
   Status recv_message(int peer, Tag tag, std::string* out, const Wait& w);
+  // Receives the next message of `tag` from peer, expected to hold `keep`
+  // bytes then `len`: the first go to *head and the rest straight into
+  // `dest` as they arrive (*placed true).  A message of another length
+  // lands whole in *head (*placed false).  `dest` is not written after
+  // this returns.
+  Status recv_split(int peer, Tag tag, std::size_t keep, char* dest, std::size_t len, std::string* head,
+                    bool* placed, const Wait& w);
   // Waits until everything queued has been handed to the kernel.
   Status flush(const Wait& w);
   std::string describe(int peer) const;
@@ -81,7 +88,8 @@ class TcpTransport final : public Transport {
  private:
   struct Message {
     std::uint32_t tag;
-    std::string bytes;
+    std::string bytes;    // the whole message, or its kept head when placed
+    bool placed = false;  // the rest went to a posted receive's buffer
   };
   struct Link {
     std::string address;  // "port ip,ip token" as published; empty until looked up
@@ -103,9 +111,21 @@ class TcpTransport final : public Transport {
     unsigned char head[16];
     std::size_t head_got = 0;
     std::uint32_t in_tag = 0;
-    std::string body;
-    std::size_t body_got = 0;
+    std::string body;            // the frame's first body_keep bytes
+    std::size_t body_got = 0;    // of body_total
+    std::size_t body_total = 0;
+    std::size_t body_keep = 0;
+    char* direct = nullptr;      // where bytes past body_keep go (a posted receive)
+    std::string spill;           // stands in for `direct` once its receive gave up
     bool in_body = false;
+    struct Post {                // recv_split waiting for its message
+      bool active = false;
+      bool matched = false;      // the frame being read is it
+      std::uint32_t tag = 0;
+      std::size_t keep = 0;
+      char* dest = nullptr;
+      std::size_t len = 0;
+    } post;
     std::deque<Message> inbox;  // whole messages not yet asked for
     bool in_closed = false;     // the peer closed its connection to us
     std::string lost;           // why the link is gone, once it is (out_mu_)
