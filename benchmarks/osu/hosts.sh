@@ -3,7 +3,7 @@
 # hosts against Open MPI's own collectives over its tcp BTL (raw-mpi) in the
 # same launch, and the store's large sends against one raw TCP stream
 # between the same two hosts.  Brings the test bed up if it is not (root).
-#   2 hosts x 1 rank (8 B .. 4 MiB) and 4 hosts x 2 ranks (8 B .. 1 MiB,
+#   2 hosts x 1 rank (8 B .. 4 MiB) and 4 hosts x 2 ranks (8 B .. 256 KiB,
 #   fewer iterations: 8 ranks on this machine's cores): osu_allreduce,
 #   osu_bcast, osu_allgather --backend store,raw-mpi (each table ends with a
 #   ratio table, store / raw-mpi, per size)
@@ -19,11 +19,11 @@ mpi=(-x OMPI_ALLOW_RUN_AS_ROOT=1 -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 -x OMPI_MCA
      -x OMPI_MCA_hwloc_base_binding_policy=none)
 # 8 ranks on the test bed's 2 cores are 4x oversubscribed (and Open MPI
 # busy-polls): fewer iterations there.
-for layout in "2 h1:1,h2:1 -i 1000 8:4194304" "8 h1:2,h2:2,h3:2,h4:2 -i 50 8:1048576"; do
+for layout in "2 h1:1,h2:1 -i 1000 8:4194304" "8 h1:2,h2:2,h3:2,h4:2 -i 20 8:262144"; do
   set -- $layout
   for bench in allreduce bcast allgather; do
     echo "## $bench, $1 ranks on $2"
-    "$b/launcher/accrun" --timeout 1200 -n "$1" -H "$2" --launch-agent "$agent" "${mpi[@]}" \
+    "$b/launcher/accrun" --timeout 900 -n "$1" -H "$2" --launch-agent "$agent" "${mpi[@]}" \
       "$b/benchmarks/osu_$bench" --backend store,raw-mpi -m "$5" "$3" "$4"
   done
 done
