@@ -7,7 +7,8 @@
 #   fewer iterations: 8 ranks on this machine's cores): osu_allreduce,
 #   osu_bcast, osu_allgather --backend store,raw-mpi (each table ends with a
 #   ratio table, store / raw-mpi, per size)
-#   osu_bw --backend store between h1 and h2, and tcp_stream h2 -> h1
+#   osu_bw --backend store between h1 and h2, object_get (accrun_get on h2
+#   of objects put on h1), and tcp_stream h1 -> h2
 set -uo pipefail
 b=${1:?usage: hosts.sh BUILD_DIR}
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,6 +31,9 @@ done
 echo "## osu_bw, store, h1 -> h2"
 "$b/launcher/accrun" --timeout 300 -n 2 -H h1:1,h2:1 --launch-agent "$agent" "${mpi[@]}" \
   "$b/benchmarks/osu_bw" --backend store,raw-mpi -m 1048576:16777216
+echo "## object_get: accrun_get on h2 of objects put on h1"
+"$b/launcher/accrun" --timeout 300 -n 2 -H h1:1,h2:1 --launch-agent "$agent" -x ACCRUN_STORE_SIZE=90% \
+  "$b/benchmarks/object_get" -i 10 -m 268435456
 echo "## one TCP stream, h1 -> h2, 2 GiB"
 "$tb" hx h2 "$b/benchmarks/tcp_stream" serve 7999 &
 sleep 0.3

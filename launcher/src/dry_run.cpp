@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "accrun/commands.hpp"
+#include "accrun/object_wire.hpp"
 #include "agent/spawn.hpp"
 #include "controller/job_controller.hpp"
 
@@ -31,6 +32,7 @@ void add_launch_time_env(Plan& plan, MpiMode mpi) {
       r.env["PMI_JOBID"] = std::string("accrun.") + kAtLaunch;
     }
     if (r.env.count("MASTER_ADDR") != 0) r.env.emplace("MASTER_PORT", kAtLaunch);
+    if (plan.hosts.size() > 1) r.env[objects::kServerEnv] = kAtLaunch;
   }
 }
 

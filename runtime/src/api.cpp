@@ -364,6 +364,7 @@ Status init_runtime(Runtime& r) {
   so.host = r.host;
   so.job_rank = r.rank;
   so.size_spec = r.cfg.store_size;
+  so.server = r.cfg.object_server;
   auto store = rt::ObjectStore::open(*r.directory, so);
   if (!store) return store.status();
   r.store = std::move(store).value();

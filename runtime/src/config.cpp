@@ -95,6 +95,7 @@ Result<RuntimeConfig> read_config(const std::vector<std::string>& environment) {
   if (const auto* s = get("ACCRUN_REGION"); s != nullptr && !s->empty()) c.region = *s;
   if (const auto* s = get("ACCRUN_OVERSUBSCRIBED")) c.oversubscribed = *s == "1";
   if (const auto* s = get("ACCRUN_SHM_DIR")) c.shm_dir = *s;
+  if (const auto* s = get("ACCRUN_OBJECT_SERVER")) c.object_server = *s;
   if (const auto* s = get("ACCRUN_JOB_ID")) c.job_id = *s;
   if (const auto* s = get("ACCRUN_STORE_SIZE")) {
     c.store_size = *s;

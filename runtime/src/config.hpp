@@ -29,6 +29,7 @@ struct RuntimeConfig {
   std::string shm_dir;                    // ACCRUN_SHM_DIR ("" outside accrun)
   std::string job_id;                     // ACCRUN_JOB_ID
   std::string store_size;                 // ACCRUN_STORE_SIZE, raw ("" = default)
+  std::string object_server;              // ACCRUN_OBJECT_SERVER: this host's agent serves objects there
   int group_init_timeout_ms = 60000;      // ACCRUN_GROUP_INIT_TIMEOUT (seconds)
   // ACCRUN_GROUP_TIMEOUT (seconds, 0: none): data calls' default timeout.
   int group_timeout_ms = collectives::kDefaultGroupTimeoutMs;

@@ -2,13 +2,16 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <sstream>
 
+#include "accrun/object_wire.hpp"
 #include "config.hpp"
+#include "object_fetch.hpp"
 
 namespace accrun::runtime {
 namespace {
@@ -19,7 +22,7 @@ constexpr std::size_t kMaxKeyLen = 256;
 std::string meta_key(const std::string& key) { return "accrun.s/" + escape_key_component(key); }
 
 struct Meta {
-  std::string host, file;
+  std::string host, file, server;
   std::uint64_t len = 0;
 };
 
@@ -34,10 +37,37 @@ Result<Meta> parse_meta(const std::string& s) {
     if (k == "host") m.host = v;
     else if (k == "file") m.file = v;
     else if (k == "len") m.len = std::strtoull(v.c_str(), nullptr, 10);
+    else if (k == "server") m.server = v;
   }
   if (m.file.empty() || m.file.find('/') != std::string::npos)
     return Status(Code::kSystem, "malformed object metadata");
   return m;
+}
+
+// 32 random hex digits: the part of a file's name no other host can guess.
+Result<std::string> random_token() {
+  unsigned char b[objects::kTokenHex / 2];
+  std::size_t got = 0;
+  while (got < sizeof b) {
+    ssize_t n = ::getrandom(b + got, sizeof b - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return system_error("object store: getrandom");
+    got += static_cast<std::size_t>(n);
+  }
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : b) {
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
+// Where an object put on another host can be asked for, or why it cannot.
+Status reachable(const Meta& m, const std::string& key, const char* what) {
+  if (!m.server.empty()) return Status::ok();
+  return not_supported("object '" + key + "' lives on host " + m.host +
+                       ", whose ranks were not started by accrun's agents; " + what + " it from a rank on that host");
 }
 
 std::string human(std::uint64_t n) {
@@ -104,8 +134,13 @@ Status ObjectStore::put(const std::string& key, const void* buf, std::size_t len
   } while (!c.compare_exchange_weak(cur, cur + len));
   auto release = [&] { c.fetch_sub(len); };
 
+  auto token = random_token();
+  if (!token) {
+    release();
+    return token.status();
+  }
   std::string file = "obj." + std::to_string(opts_.job_rank) + "." + std::to_string(::getpid()) + "." +
-                     std::to_string(next_file_.fetch_add(1));
+                     std::to_string(next_file_.fetch_add(1)) + "." + *token;
   std::string path = opts_.shm_dir + "/" + file;
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -131,7 +166,9 @@ Status ObjectStore::put(const std::string& key, const void* buf, std::size_t len
   }
   ::close(fd);
   if (st.is_ok()) {
-    st = dir_.publish(mk, "host=" + opts_.host + "\nfile=" + file + "\nlen=" + std::to_string(len) + "\n");
+    std::string meta = "host=" + opts_.host + "\nfile=" + file + "\nlen=" + std::to_string(len) + "\n";
+    if (!opts_.server.empty()) meta += "server=" + opts_.server + "\n";
+    st = dir_.publish(mk, meta);
     if (!st && st.code() == Code::kInvalidUsage)
       st = invalid_usage("object '" + key + "' exists; objects are immutable (delete it first)");
   }
@@ -154,14 +191,18 @@ Status ObjectStore::get(const std::string& key, void* buf, std::size_t max_len, 
   }
   auto meta = parse_meta(*v);
   if (!meta) return meta.status().with_context("object '" + key + "'");
-  if (meta->host != opts_.host)
-    return not_supported("object '" + key + "' lives on host " + meta->host +
-                         "; the object store does not move objects between hosts yet");
   *len = meta->len;
   if (buf == nullptr && max_len == 0) return Status::ok();
+  if (meta->host != opts_.host) ACCRUN_RETURN_IF_ERROR(reachable(*meta, key, "read"));
   if (meta->len > max_len)
     return invalid_argument("object '" + key + "' has " + std::to_string(meta->len) +
                             " bytes, more than the buffer's " + std::to_string(max_len));
+  if (meta->host != opts_.host) {
+    // From the owning host's agent, straight into buf.
+    Status st = fetch_remote_object(meta->server, meta->host, meta->file, buf, meta->len);
+    if (st.code() == Code::kNotFound) return not_found("object '" + key + "' was deleted");
+    return st ? st : st.with_context("object '" + key + "'");
+  }
   std::string path = opts_.shm_dir + "/" + meta->file;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -189,9 +230,15 @@ Status ObjectStore::remove(const std::string& key) {
   if (!v) return not_found("no object '" + key + "'");
   auto meta = parse_meta(*v);
   if (!meta) return meta.status().with_context("object '" + key + "'");
-  if (meta->host != opts_.host)
-    return not_supported("object '" + key + "' lives on host " + meta->host +
-                         "; delete it from a rank on that host");
+  if (meta->host != opts_.host) {
+    ACCRUN_RETURN_IF_ERROR(reachable(*meta, key, "delete"));
+    Status st = delete_remote_object(meta->server, meta->host, meta->file);
+    if (st.code() == Code::kNotFound) return not_found("no object '" + key + "' (deleted already)");
+    if (!st) return st.with_context("object '" + key + "'");
+    st = dir_.unpublish(mk);
+    if (!st && st.code() != Code::kNotFound) return st.with_context("object store: unpublish '" + key + "'");
+    return Status::ok();
+  }
   // unlink is the atomic step: of two racing deletes one frees the bytes.
   std::string path = opts_.shm_dir + "/" + meta->file;
   if (::unlink(path.c_str()) != 0) {

@@ -1,10 +1,13 @@
 // object_store.hpp — accrun_put/get/delete: immutable named objects shared by
 // the ranks of a job (accrun_put(3), accrun(7) THE OBJECT STORE).
 //
-// An object's bytes live in a file "obj.<job rank>.<pid>.<n>" (0600) in the
-// job's shared-memory directory; its metadata "host=..\nfile=..\nlen=..\n" is
-// published under "accrun.s/<escaped key>" in the name directory, which
-// makes put an atomic create-if-absent.  Bytes in use on a host are counted
+// An object's bytes live in a file "obj.<job rank>.<pid>.<n>.<32 hex>"
+// (0600) in the job's shared-memory directory; its metadata
+// "host=..\nfile=..\nlen=..\n[server=..\n]" is published under
+// "accrun.s/<escaped key>" in the name directory, which makes put an atomic
+// create-if-absent.  A rank on another host reads or deletes the file
+// through the agent serving at "server" (object_fetch.hpp); the random hex
+// makes the file's name unguessable.  Bytes in use on a host are counted
 // in "store.accounting" (one 64-bit atomic counter, shared by the job's
 // processes on that host) against ACCRUN_STORE_SIZE.
 #pragma once
@@ -23,6 +26,7 @@ struct StoreOptions {
   std::string host;         // this process's host
   int job_rank = 0;
   std::string size_spec;    // ACCRUN_STORE_SIZE ("" = default)
+  std::string server;       // ACCRUN_OBJECT_SERVER ("": no other host can read our objects)
 };
 
 class ObjectStore {

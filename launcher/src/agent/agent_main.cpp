@@ -124,8 +124,15 @@ int serve(int fd, const std::string& me, char** envp, std::vector<LaunchProcess>
   AgentUpstream upstream(fd);
   int status = 0;
   std::optional<Clock::time_point> leave_by;  // after our ranks ended: the shutdown is due
+  // Objects this host's ranks put, served to the other hosts' ranks until
+  // the controller says the job has ended (or is lost: silent for 4 s).
+  std::unique_ptr<JobRemains> remains;
   for (bool running = true; running;) {
-    if (leave_by && Clock::now() > *leave_by) break;
+    if (leave_by && !remains && Clock::now() > *leave_by) break;
+    if (remains && !upstream.tick()) {
+      say(me, "lost the job controller while serving this host's objects; removing them");
+      break;
+    }
     for (auto& c : children) {
       int st = 0;
       if (c.exited || waitpid(c.pid, &st, WNOHANG) != c.pid) continue;
@@ -184,7 +191,7 @@ int serve(int fd, const std::string& me, char** envp, std::vector<LaunchProcess>
         // controller only (it shares accrun's process group).
         cfg.own_signals = !local;
         cfg.upstream = &upstream;
-        int job_status = run_job(job->plan, cfg);
+        int job_status = run_job(job->plan, cfg, &remains);
         wire::Writer w;
         w.i32(job_status);
         send_frame(fd, msg::kDone, w.data());

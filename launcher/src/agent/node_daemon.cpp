@@ -5,7 +5,10 @@
 // --kill-grace, lookups with PMIX_TIMEOUT) are epoll timeouts.
 #include "agent/node_daemon.hpp"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pmix_common.h>
 #include <sched.h>
 #include <signal.h>
@@ -33,13 +36,16 @@
 #include <vector>
 
 #include "accrun/log.hpp"
+#include "accrun/object_wire.hpp"
 #include "iof.hpp"
 #include "agent/descendants.hpp"
 #include "agent/janitor.hpp"
+#include "agent/object_server.hpp"
 #include "agent/pmix_server.hpp"
 #include "agent/spawn.hpp"
 #include "agent/stdin_forwarder.hpp"
 #include "pmi/pmi_host.hpp"
+#include "wire/connection.hpp"
 
 namespace accrun::launcher {
 
@@ -64,6 +70,25 @@ void trace(Clock::time_point t0, const char* what) {
 void say(int fd, const std::string& line) {
   std::string s = "accrun: " + line + "\n";
   write_all(fd, s.data(), s.size());
+}
+
+// Where the object server listens: the local address of the connection the
+// controller reached this agent by; for the controller's own host (a
+// socketpair), every non-loopback address the controller offers the agents.
+std::vector<std::string> object_server_addresses(int upstream_fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  char host[INET6_ADDRSTRLEN] = {};
+  if (getsockname(upstream_fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+    if (ss.ss_family == AF_INET && inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, host, sizeof host))
+      return {host};
+    if (ss.ss_family == AF_INET6 && inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, host, sizeof host))
+      return {host};
+  }
+  std::vector<std::string> all = wire::local_addresses(), out;
+  for (const std::string& a : all)
+    if (a.rfind("127.", 0) != 0) out.push_back(a);
+  return out.empty() ? all : out;
 }
 
 }  // namespace
@@ -141,9 +166,46 @@ struct OutStream {
 constexpr uint64_t kTagSignal = 1, kTagQueue = 2, kTagStdin = 3, kTagUpstream = 4, kTagStream = 1ULL << 32, kTagTarget = 1ULL << 33,
                    kTagPmi = 1ULL << 34;
 
+// Whether the job's directory holds an object file (accrun_put(3)).
+bool holds_objects(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return false;
+  bool found = false;
+  while (dirent* e = readdir(d))
+    if (objects::is_object_file(e->d_name)) {
+      found = true;
+      break;
+    }
+  closedir(d);
+  return found;
+}
+
+// A job's objects on this host after its ranks ended (run_job's remains).
+class ObjectsLeft final : public JobRemains {
+ public:
+  ObjectsLeft(std::unique_ptr<ObjectServer> server, std::string dir, Janitor janitor, bool janitor_reaped,
+              std::vector<int> owner_fds)
+      : server_(std::move(server)), dir_(std::move(dir)), janitor_(std::move(janitor)),
+        janitor_reaped_(janitor_reaped), owner_fds_(std::move(owner_fds)) {}
+  ~ObjectsLeft() override {
+    server_.reset();
+    remove_tree(dir_);
+    janitor_.dismiss(janitor_reaped_);
+    for (int fd : owner_fds_) close(fd);
+  }
+
+ private:
+  std::unique_ptr<ObjectServer> server_;
+  std::string dir_;
+  Janitor janitor_;
+  bool janitor_reaped_;
+  std::vector<int> owner_fds_;
+};
+
 class Daemon final : public ClientEvents, public DaemonControl {
  public:
-  Daemon(const Plan& plan, const RunConfig& config) : plan_(plan), cfg_(config), up_(config.upstream) {}
+  Daemon(const Plan& plan, const RunConfig& config, std::unique_ptr<JobRemains>* remains)
+      : plan_(plan), cfg_(config), up_(config.upstream), remains_out_(remains) {}
   ~Daemon() override;
   int run();
 
@@ -219,6 +281,7 @@ class Daemon final : public ClientEvents, public DaemonControl {
   const Plan& plan_;
   const RunConfig& cfg_;
   Upstream* up_;  // the job controller: never null
+  std::unique_ptr<JobRemains>* remains_out_;  // run_job's: may be null
   Clock::time_point t0_ = Clock::now();
   std::string jobid_;
   std::string rendezvous_;
@@ -236,6 +299,7 @@ class Daemon final : public ClientEvents, public DaemonControl {
   std::unique_ptr<UpcallQueue> queue_;
   std::unique_ptr<PmixServer> pmix_;
   std::unique_ptr<pmi::PmiService> pmi_;  // --mpi pmi|auto: the PMI-1/PMI-2 sockets
+  std::unique_ptr<ObjectServer> objects_;  // across hosts: the job's objects for other hosts
 
   std::vector<int> local_ranks_;        // global ranks on this host
   std::map<int, RankState> ranks_;      // by global rank
@@ -700,6 +764,17 @@ int Daemon::setup_and_spawn() {
   }
 
   trace(t0_, "locks held");
+  // Across hosts, this agent serves the job's objects to the other hosts'
+  // ranks, on the address the controller reached us at (or, for the
+  // controller's own host, every address the controller offers).
+  if (plan_.hosts.size() > 1) {
+    auto server = ObjectServer::start(object_server_addresses(up_->fd()), shm_dir_);
+    if (!server) {
+      say(cfg_.err_fd, server.status().message());
+      return 1;
+    }
+    objects_ = std::move(*server);
+  }
   // The PMIx server and the job's namespace.
   queue_ = std::make_unique<UpcallQueue>();
   if (!queue_->valid()) {
@@ -856,6 +931,7 @@ int Daemon::setup_and_spawn() {
       close_after_fork.push_back(*fd);
     }
     add_launch_env(e, r, jobid_, shm_dir_, oversubscribed, cfg_.mpi != MpiMode::kPmi);
+    if (objects_) e[objects::kServerEnv] = objects_->addresses();
     for (const auto& [k, v] : e) c.env_storage.push_back(k + "=" + v);
     for (auto& s : c.env_storage) c.envp.push_back(s.data());
     c.envp.push_back(nullptr);
@@ -1086,10 +1162,19 @@ void Daemon::finish() {
   pmix_.reset();
   trace(t0_, "PMIx server finalised");
   queue_.reset();
-  if (!shm_dir_.empty()) remove_tree(shm_dir_);
   if (!rendezvous_.empty()) remove_tree(rendezvous_);
-  janitor_.dismiss(janitor_reaped_);
-  for (int fd : owner_fds_) close(fd);
+  if (objects_ && remains_out_ && holds_objects(shm_dir_)) {
+    // Other hosts' ranks may still read what ours put: the directory, its
+    // server, the janitor and the owner locks stay until the job ends.
+    *remains_out_ = std::make_unique<ObjectsLeft>(std::move(objects_), shm_dir_, std::move(janitor_),
+                                                  janitor_reaped_, std::move(owner_fds_));
+    log(LogLevel::kDebug, "serving this host's objects until the job ends");
+  } else {
+    objects_.reset();
+    if (!shm_dir_.empty()) remove_tree(shm_dir_);
+    janitor_.dismiss(janitor_reaped_);
+    for (int fd : owner_fds_) close(fd);
+  }
   owner_fds_.clear();
   trace(t0_, "cleaned up");
   // Drain SIGCHLDs we caused so the caller's mask is restored clean.
@@ -1099,12 +1184,12 @@ void Daemon::finish() {
 
 }  // namespace
 
-int run_job(const Plan& plan, const RunConfig& config) {
+int run_job(const Plan& plan, const RunConfig& config, std::unique_ptr<JobRemains>* remains) {
   if (config.upstream == nullptr) {
     say(config.err_fd, "internal error: a node daemon without its job controller");
     return 1;
   }
-  Daemon d(plan, config);
+  Daemon d(plan, config, remains);
   return d.run();
 }
 

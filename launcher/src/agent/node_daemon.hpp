@@ -4,6 +4,8 @@
 // every exit path (a janitor process covers accrun's own death).
 #pragma once
 
+#include <memory>
+
 #include <functional>
 #include <optional>
 #include <utility>
@@ -144,6 +146,15 @@ std::string new_job_id();
 // Blocks.  Must be called from the process's main thread before any other
 // thread exists (it blocks signals, forks a janitor and starts PMIx); at most
 // one job per process at a time.  Messages go to `config.err_fd`.
-int run_job(const Plan& plan, const RunConfig& config);
+//
+// `remains`, when given, receives what a job across hosts leaves on this
+// host after its ranks ended: the objects they put (accrun_put(3)), which
+// this host's agent goes on serving to the other hosts' ranks until the job
+// ends.  Destroying it stops serving and removes them.
+class JobRemains {
+ public:
+  virtual ~JobRemains() = default;
+};
+int run_job(const Plan& plan, const RunConfig& config, std::unique_ptr<JobRemains>* remains = nullptr);
 
 }  // namespace accrun::launcher

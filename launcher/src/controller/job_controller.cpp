@@ -735,8 +735,9 @@ int Controller::loop() {
       for (auto& seen : last_seen_) seen = std::max(seen, now - std::chrono::milliseconds(500));
     if (now - last_beat >= std::chrono::seconds(1)) {
       last_beat = now;
-      for (size_t a = 0; a < done_.size(); ++a)
-        if (!done_[a]) agents_->send(static_cast<int>(a), msg::kHeartbeat, "");
+      // Agents whose ranks are done hear it too: one may still serve its
+      // host's objects to the others, and ends when we go silent.
+      for (size_t a = 0; a < done_.size(); ++a) agents_->send(static_cast<int>(a), msg::kHeartbeat, "");
     }
     for (size_t a = 0; a < done_.size(); ++a)
       if (auto limit = heard_since_launch_[a] ? kHeartbeatLimit : kStartLimit; !done_[a] && now - last_seen_[a] > limit)

@@ -4,7 +4,8 @@
 # and 4 hosts x 1 (shared memory inside a host, TCP between hosts), AUTO on
 # host buffers across hosts, and a member that dies on another host during
 # an allreduce: every survivor fails with ACCRUN_ERR_REMOTE naming it
-# within 5 s; nothing is left on any host.
+# within 5 s; objects put on one host and read on another; nothing is
+# left on any host.
 # usage: store.sh SOURCE_DIR ACCRUN SUITE PROBE BACKENDS_AUTO
 set -uo pipefail
 src=$1
@@ -30,6 +31,19 @@ done
 out=$("$accrun" --timeout 60 -n 4 -H h1:2,h2:2 --launch-agent "$agent" -x ACCRUN_LOG=debug "$backends_auto" 2>&1)
 n=$(grep -c "auto_backend: PASS" <<<"$out")
 [ "$n" = 4 ] && ok "AUTO on host buffers across 2 hosts: the store, 4 exact sums" || bad "AUTO across hosts" "$out"
+
+# The object store between hosts: 1 KiB and 256 MiB objects read on the
+# other host, exactly, and deleted from there; an object whose rank has
+# exited is still served by its host's agent; every rank reads every other
+# rank's object on 3 hosts.
+out=$("$accrun" --timeout 120 -n 2 -H h1:1,h2:1 -x ACCRUN_STORE_SIZE=90% --launch-agent "$agent" "$probe" objects 256 2>&1)
+rc=$?
+n=$(grep -c "^OK objects" <<<"$out")
+[ "$rc" = 0 ] && [ "$n" = 2 ] && ok "objects of 1 KiB and 256 MiB between h1 and h2: exact, deleted from the other host, served after their rank exited ($(grep -o 'in [0-9.]* s' <<<"$out" | tr '\n' ' '))" \
+  || bad "objects between hosts (exit $rc)" "$out"
+out=$("$accrun" --timeout 60 -n 3 -H h1:1,h2:1,h3:1 --launch-agent "$agent" "$probe" store 2>&1)
+n=$(grep -c "^OK store" <<<"$out")
+[ "$n" = 3 ] && ok "every rank reads every other host's object; the next host deletes it" || bad "objects on 3 hosts" "$out"
 
 # Group rank 1 (on h2) exits with 3 after joining; the others (h1, h3) are
 # in an allreduce loop and must fail naming it.

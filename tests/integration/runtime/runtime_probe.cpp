@@ -130,6 +130,47 @@ void store() {
   OK(accrun_group_destroy(g));
 }
 
+// Objects between hosts (argv[2]: the large object's MiB).  Every rank puts
+// a 1 KiB and a large object; the next rank, on another host when the job
+// has one rank per host, reads both, exactly, and deletes them from there.
+// Rank 0 puts one more object and exits at once: rank 1 reads it after.
+unsigned char byte_at(std::size_t i, int seed) { return static_cast<unsigned char>((i * 2654435761u + seed) >> 11); }
+
+void objects(std::size_t mib) {
+  const int n = accrun_size(), r = accrun_rank(), from = (r + n - 1) % n;
+  std::vector<unsigned char> mine(mib << 20);
+  for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = byte_at(i, r);
+  OK(accrun_put(("small/" + std::to_string(r)).c_str(), mine.data(), 1024));
+  OK(accrun_put(("large/" + std::to_string(r)).c_str(), mine.data(), mine.size()));
+  std::vector<unsigned char> got(mine.size());
+  size_t len = 0;
+  OK(accrun_get(("small/" + std::to_string(from)).c_str(), got.data(), got.size(), &len, 30000));
+  expect(len == 1024, "small object's size");
+  for (std::size_t i = 0; i < len; ++i)
+    if (got[i] != byte_at(i, from)) die("small object of rank " + std::to_string(from) + " differs at " + std::to_string(i));
+  auto t0 = std::chrono::steady_clock::now();
+  OK(accrun_get(("large/" + std::to_string(from)).c_str(), got.data(), got.size(), &len, 30000));
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  expect(len == mine.size(), "large object's size");
+  for (std::size_t i = 0; i < len; ++i)
+    if (got[i] != byte_at(i, from)) die("large object of rank " + std::to_string(from) + " differs at " + std::to_string(i));
+  std::printf("rank %d: got %zu MiB of rank %d in %.3f s (%.2f GB/s)\n", r, mib, from, s,
+              static_cast<double>(len) / s / 1e9);
+  OK(accrun_delete(("small/" + std::to_string(from)).c_str()));
+  OK(accrun_delete(("large/" + std::to_string(from)).c_str()));
+  expect(accrun_get(("large/" + std::to_string(from)).c_str(), got.data(), got.size(), &len, 0) == ACCRUN_ERR_NOT_FOUND,
+         "deleted object still found");
+  // Put before exiting: the object outlives its rank (rank 1 reads it later).
+  if (r == 0) {
+    OK(accrun_put("left-behind", "still here", 10));
+  } else if (r == 1) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    char buf[16];
+    OK(accrun_get("left-behind", buf, sizeof buf, &len, 30000));
+    expect(std::string(buf, len) == "still here", "the object rank 0 left behind");
+  }
+}
+
 void sendrecv() {
   const int r = accrun_rank();
   if (r > 1) return;
@@ -229,6 +270,7 @@ int main(int argc, char** argv) {
   else if (mode == "death") death();
   else if (mode == "loop") loop();
   else if (mode == "badargs") badargs();
+  else if (mode == "objects") objects(argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 1);
   else die("unknown scenario " + mode);
   OK(accrun_finalize());
   std::printf("OK %s rank %d\n", mode.c_str(), g_rank);

@@ -1,0 +1,64 @@
+// object_server.hpp — a node agent serves its job's object files to ranks on
+// other hosts (accrun(7) THE OBJECT STORE; the protocol is
+// accrun/object_wire.hpp).  A get streams the file from tmpfs with
+// sendfile, straight from this host to the asking rank: objects never pass
+// through the job controller.  A delete unlinks the file and gives its bytes
+// back to the host's store accounting.
+//
+// The server runs on its own thread (one more per request in flight, at most
+// kMaxRequests), so a 256 MiB transfer never holds up the agent's event loop.
+// Only files named like objects, directly in the job's directory, are served;
+// their 128-bit random names are the capability.
+#pragma once
+
+#include <atomic>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "accrun/status.hpp"
+
+namespace accrun::launcher {
+
+class ObjectServer {
+ public:
+  static constexpr int kMaxRequests = 64;
+
+  // Listens on each of `addresses` (numeric IPv4/IPv6, port chosen by the
+  // kernel) and serves the object files in `dir`.  Addresses that cannot be
+  // bound are skipped; none bound is Code::kSystem.
+  static Result<std::unique_ptr<ObjectServer>> start(const std::vector<std::string>& addresses, std::string dir);
+  // Stops accepting, cuts the transfers in flight and joins every thread.
+  ~ObjectServer();
+  ObjectServer(const ObjectServer&) = delete;
+  ObjectServer& operator=(const ObjectServer&) = delete;
+
+  // "address:port[,address:port...]": what ranks find in ACCRUN_OBJECT_SERVER.
+  const std::string& addresses() const { return addresses_; }
+
+ private:
+  struct Request {
+    std::thread thread;
+    int fd = -1;
+    std::atomic<bool> done{false};
+  };
+  explicit ObjectServer(std::string dir) : dir_(std::move(dir)) {}
+  void accept_loop();
+  void serve(Request* req);
+  void reap(bool all);
+
+  std::string dir_;
+  int dir_fd_ = -1;
+  std::vector<int> listeners_;
+  std::string addresses_;
+  int wake_[2] = {-1, -1};  // closing wake_[1] stops the accept loop
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+  std::mutex mu_;             // requests_
+  std::list<Request> requests_;
+};
+
+}  // namespace accrun::launcher

@@ -1,0 +1,230 @@
+// The object store across hosts without a launcher: two "hosts" are two
+// private directories; the first host's agent is a real ObjectServer on
+// 127.0.0.1, and ObjectStore instances with different host names stand in
+// for ranks on each host (accrun(7) THE OBJECT STORE).
+#include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "accrun/object_wire.hpp"
+#include "agent/object_server.hpp"
+#include "directory.hpp"
+#include "object_store.hpp"
+#include "shm_temp_dir.hpp"
+
+namespace accrun {
+namespace {
+
+using launcher::ObjectServer;
+using runtime::MemoryDirectory;
+using runtime::ObjectStore;
+using runtime::StoreOptions;
+
+using TempDir = testing::ShmTempDir;
+
+// Host h0 with its agent's server, and a rank on h1 that reads from it.
+struct TwoHosts {
+  TempDir d0, d1;
+  MemoryDirectory dir;  // the job-wide name directory
+  std::unique_ptr<ObjectServer> server;
+  std::unique_ptr<ObjectStore> on_h0, on_h1;
+
+  TwoHosts() {
+    auto s = ObjectServer::start({"127.0.0.1"}, d0.path());
+    EXPECT_TRUE(s.is_ok()) << s.status().message();
+    if (s.is_ok()) server = std::move(s).value();
+    std::string addr = server ? server->addresses() : "";
+    auto a = ObjectStore::open(dir, StoreOptions{d0.path(), "h0", 0, "", addr});
+    auto b = ObjectStore::open(dir, StoreOptions{d1.path(), "h1", 1, "", "127.0.0.1:1"});
+    EXPECT_TRUE(a.is_ok() && b.is_ok());
+    if (a.is_ok()) on_h0 = std::move(a).value();
+    if (b.is_ok()) on_h1 = std::move(b).value();
+  }
+};
+
+std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
+  std::vector<unsigned char> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>((i * 2654435761u + seed) >> 13);
+  return v;
+}
+
+TEST(ObjectServer, GetFromAnotherHostReturnsTheExactBytes) {
+  TwoHosts t;
+  ASSERT_TRUE(t.server && t.on_h0 && t.on_h1);
+  EXPECT_NE(t.server->addresses().find("127.0.0.1:"), std::string::npos);
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{1024}, std::size_t{32} << 20}) {
+    std::string key = "blob/" + std::to_string(n);
+    auto data = pattern(n, static_cast<unsigned>(n));
+    ASSERT_TRUE(t.on_h0->put(key, data.data(), n).is_ok());
+    std::vector<unsigned char> got(n + 1, 0xee);
+    std::size_t len = 12345;
+    Status st = t.on_h1->get(key, got.data(), got.size(), &len, 0);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    EXPECT_EQ(len, n);
+    EXPECT_TRUE(std::equal(data.begin(), data.end(), got.begin())) << n << " bytes differ";
+    EXPECT_EQ(got[n], 0xee) << "wrote past the object";
+  }
+}
+
+TEST(ObjectServer, ManyReadersAtOnce) {
+  TwoHosts t;
+  ASSERT_TRUE(t.server && t.on_h0 && t.on_h1);
+  auto data = pattern(4 << 20, 7);
+  ASSERT_TRUE(t.on_h0->put("shared", data.data(), data.size()).is_ok());
+  std::vector<std::thread> readers;
+  std::atomic<int> exact{0};
+  for (int i = 0; i < 16; ++i)
+    readers.emplace_back([&] {
+      std::vector<unsigned char> got(data.size());
+      std::size_t len = 0;
+      if (t.on_h1->get("shared", got.data(), got.size(), &len, 0).is_ok() && got == data) ++exact;
+    });
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(exact.load(), 16);
+}
+
+TEST(ObjectServer, DeleteFromAnotherHostFreesTheOwningHostsBytes) {
+  TwoHosts t;
+  ASSERT_TRUE(t.server && t.on_h0 && t.on_h1);
+  auto data = pattern(100000, 1);
+  ASSERT_TRUE(t.on_h0->put("k", data.data(), data.size()).is_ok());
+  EXPECT_EQ(t.on_h0->used(), data.size());
+  ASSERT_TRUE(t.on_h1->remove("k").is_ok());
+  EXPECT_EQ(t.on_h0->used(), 0u);
+  std::size_t len = 0;
+  EXPECT_EQ(t.on_h0->get("k", data.data(), data.size(), &len, 0).code(), Code::kNotFound);
+  EXPECT_EQ(t.on_h1->remove("k").code(), Code::kNotFound);
+  // The key is free again; put on h1 now, whose "agent" (port 1) never
+  // answers: deleting it from h0 fails and changes nothing.
+  EXPECT_TRUE(t.on_h1->put("k", data.data(), 10).is_ok());
+  Status st = t.on_h0->remove("k");
+  EXPECT_EQ(st.code(), Code::kRemote) << st.message();
+  EXPECT_NE(st.message().find("cannot reach host h1"), std::string::npos) << st.message();
+  EXPECT_EQ(t.on_h1->used(), 10u);
+  EXPECT_TRUE(t.on_h1->remove("k").is_ok());
+}
+
+TEST(ObjectServer, AnObjectDeletedBeforeTheTransferIsNotFound) {
+  TwoHosts t;
+  ASSERT_TRUE(t.server && t.on_h0 && t.on_h1);
+  int v = 42;
+  ASSERT_TRUE(t.on_h0->put("gone", &v, sizeof v).is_ok());
+  // Its file goes, its metadata stays (as between a delete's two steps).
+  for (const auto& e : std::filesystem::directory_iterator(t.d0.path()))
+    if (e.path().filename().string().rfind("obj.", 0) == 0) std::filesystem::remove(e.path());
+  std::size_t len = 0;
+  Status st = t.on_h1->get("gone", &v, sizeof v, &len, 0);
+  EXPECT_EQ(st.code(), Code::kNotFound) << st.message();
+  EXPECT_NE(st.message().find("'gone' was deleted"), std::string::npos) << st.message();
+}
+
+// A raw request, as a stranger on the network would send it.
+objects::Reply ask(const std::string& addr, std::string_view name, objects::Op op = objects::Op::kGet,
+                   std::string_view magic = objects::kMagic) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(std::atoi(addr.c_str() + addr.rfind(':') + 1)));
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  std::string req(magic);
+  req += static_cast<char>(op);
+  req += '\0';
+  req += static_cast<char>(name.size() & 0xff);
+  req += static_cast<char>(name.size() >> 8);
+  req += name;
+  EXPECT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  unsigned char h[objects::kReplyHeader] = {0xff};
+  ssize_t n = ::recv(fd, h, sizeof h, MSG_WAITALL);
+  ::close(fd);
+  return n == static_cast<ssize_t>(sizeof h) ? static_cast<objects::Reply>(h[0]) : objects::Reply::kFailed;
+}
+
+TEST(ObjectServer, ServesObjectFilesOnlyAndOnlyByTheirFullName) {
+  TwoHosts t;
+  ASSERT_TRUE(t.server && t.on_h0);
+  int v = 7;
+  ASSERT_TRUE(t.on_h0->put("k", &v, sizeof v).is_ok());
+  std::string file;
+  for (const auto& e : std::filesystem::directory_iterator(t.d0.path()))
+    if (e.path().filename().string().rfind("obj.", 0) == 0) file = e.path().filename();
+  ASSERT_TRUE(objects::is_object_file(file)) << file;
+  const std::string& addr = t.server->addresses();
+  EXPECT_EQ(ask(addr, file), objects::Reply::kOk);
+  // Guessing: the same name with another token.
+  std::string guess = file;
+  guess.back() = guess.back() == '0' ? '1' : '0';
+  EXPECT_EQ(ask(addr, guess), objects::Reply::kNotFound);
+  // Anything that is not an object file's name.
+  for (std::string_view bad : {"store.accounting", "../x", "obj.0.1.2", "obj.0.1.2./../../etc/passwd", ""})
+    EXPECT_EQ(ask(addr, bad), objects::Reply::kBadRequest) << bad;
+  EXPECT_EQ(ask(addr, file, static_cast<objects::Op>(9)), objects::Reply::kBadRequest);
+  EXPECT_EQ(ask(addr, file, objects::Op::kGet, "HTTP"), objects::Reply::kBadRequest);
+  // A symlink named like an object is not followed.
+  std::string link = "obj.9.9.9." + std::string(32, 'a');
+  std::filesystem::create_symlink("/etc/hostname", t.d0.path() + "/" + link);
+  EXPECT_EQ(ask(addr, link), objects::Reply::kFailed);
+  // The file is still there and still served.
+  std::size_t len = 0;
+  EXPECT_TRUE(t.on_h1->get("k", &v, sizeof v, &len, 0).is_ok());
+  EXPECT_EQ(v, 7);
+}
+
+TEST(ObjectServer, AnAgentThatIsGoneIsARemoteErrorNamingItsHost) {
+  TwoHosts t;
+  ASSERT_TRUE(t.server && t.on_h0 && t.on_h1);
+  int v = 1;
+  ASSERT_TRUE(t.on_h0->put("k", &v, sizeof v).is_ok());
+  t.server.reset();
+  auto t0 = std::chrono::steady_clock::now();
+  std::size_t len = 0;
+  Status st = t.on_h1->get("k", &v, sizeof v, &len, 0);
+  EXPECT_EQ(st.code(), Code::kRemote) << st.message();
+  EXPECT_NE(st.message().find("host h0"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("'k'"), std::string::npos) << st.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(6));
+}
+
+TEST(ObjectServer, StoppingCutsATransferThatStalls) {
+  TwoHosts t;
+  ASSERT_TRUE(t.server && t.on_h0);
+  auto data = pattern(64 << 20, 3);
+  ASSERT_TRUE(t.on_h0->put("big", data.data(), data.size()).is_ok());
+  std::string file;
+  for (const auto& e : std::filesystem::directory_iterator(t.d0.path()))
+    if (e.path().filename().string().rfind("obj.", 0) == 0) file = e.path().filename();
+  // A reader that asks and then reads nothing: the server blocks in sendfile.
+  const std::string& addr = t.server->addresses();
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(std::atoi(addr.c_str() + addr.rfind(':') + 1)));
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  std::string req(objects::kMagic);
+  req += static_cast<char>(objects::Op::kGet);
+  req += '\0';
+  req += static_cast<char>(file.size());
+  req += '\0';
+  req += file;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto t0 = std::chrono::steady_clock::now();
+  t.server.reset();  // joins every request's thread
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace accrun
