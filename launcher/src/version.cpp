@@ -31,11 +31,12 @@ std::string version_text() {
   s += part("NCCL backend", ACCRUN_HAVE_NCCL != 0, "libnccl.so.2");
   s += part("CUDA runtime", ACCRUN_HAVE_NCCL != 0, "libcudart.so.13");
   // The store's transports: what its groups can actually use.
-  s += "  store transports: shm (inside a host), tcp (between hosts)\n";
-  s += std::string("  libfabric transport: not built (") +
-       (ACCRUN_HAVE_LIBFABRIC != 0 ? "libfabric was found, but no store transport uses it yet"
-                                  : "libfabric was not found") +
-       ")\n";
+  s += std::string("  store transports: shm (inside a host), tcp (between hosts, the default)") +
+       (ACCRUN_HAVE_LIBFABRIC != 0 ? ", libfabric (between hosts: ACCRUN_STORE_TRANSPORT=libfabric)" : "") + "\n";
+  if (ACCRUN_HAVE_LIBFABRIC != 0)
+    s += part("libfabric transport", true, "libfabric.so.1");
+  else
+    s += "  libfabric transport: not built (libfabric was not found when accrun was built)\n";
   s += part("NVML (detection)", true, "libnvidia-ml.so.1");
   return s;
 }

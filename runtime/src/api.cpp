@@ -382,6 +382,7 @@ Status init_runtime(Runtime& r) {
   rt::GroupManagerOptions go;
   go.shm_dir = r.shm_dir;
   go.oversubscribed = r.cfg.oversubscribed;
+  go.store_transport = r.cfg.store_transport;
   go.init_timeout_ms = r.cfg.group_init_timeout_ms;
   go.data_timeout_ms = r.cfg.group_timeout_ms;
   go.refresh_facts = [](coll::MemberFacts& f) {

@@ -94,6 +94,11 @@ Result<RuntimeConfig> read_config(const std::vector<std::string>& environment) {
   if (const auto* s = get("ACCRUN_ZONE"); s != nullptr && !s->empty()) c.zone = *s;
   if (const auto* s = get("ACCRUN_REGION"); s != nullptr && !s->empty()) c.region = *s;
   if (const auto* s = get("ACCRUN_OVERSUBSCRIBED")) c.oversubscribed = *s == "1";
+  if (const auto* s = get("ACCRUN_STORE_TRANSPORT"); s != nullptr && !s->empty()) {
+    if (*s != "tcp" && *s != "libfabric")
+      return invalid_argument("ACCRUN_STORE_TRANSPORT='" + *s + "': expected tcp or libfabric");
+    c.store_transport = *s;
+  }
   if (const auto* s = get("ACCRUN_SHM_DIR")) c.shm_dir = *s;
   if (const auto* s = get("ACCRUN_OBJECT_SERVER")) c.object_server = *s;
   if (const auto* s = get("ACCRUN_JOB_ID")) c.job_id = *s;

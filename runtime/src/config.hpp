@@ -26,6 +26,7 @@ struct RuntimeConfig {
   std::map<std::string, std::string> fractions;           // ACCRUN_<RESOURCE>_FRACTION
   std::optional<std::string> pod, zone, region;           // ACCRUN_POD/ZONE/REGION
   bool oversubscribed = false;            // ACCRUN_OVERSUBSCRIBED=1
+  std::string store_transport = "tcp";    // ACCRUN_STORE_TRANSPORT: tcp or libfabric
   std::string shm_dir;                    // ACCRUN_SHM_DIR ("" outside accrun)
   std::string job_id;                     // ACCRUN_JOB_ID
   std::string store_size;                 // ACCRUN_STORE_SIZE, raw ("" = default)

@@ -104,11 +104,13 @@ struct GroupSpec {
   // different hosts make a hierarchical group: shared memory inside each
   // "host", TCP (here over this machine's own addresses) between them.
   std::string hosts;           // one letter per group rank: "aabb"
+  std::string transport = "tcp";  // between hosts: tcp or libfabric
 };
 
 // The spec on hosts named by letters, one per group rank.
-inline GroupSpec on_hosts(GroupSpec g, std::string hosts) {
+inline GroupSpec on_hosts(GroupSpec g, std::string hosts, std::string transport = "tcp") {
   g.hosts = std::move(hosts);
+  g.transport = std::move(transport);
   return g;
 }
 
@@ -141,6 +143,7 @@ class World {
     }
     ctx.shm_dir = dir.path();
     ctx.oversubscribed = g.size > 2;
+    ctx.host_transport = g.transport;
     ctx.timeout_ms = g.timeout_ms;
     ctx.rendezvous = rv;
     ctx.peers = &peers;

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "accrun/config.h"
 #include "store_harness.hpp"
 
 namespace accrun::collectives::testing {
@@ -26,11 +27,12 @@ std::string what(const char* coll, DType dt, Op op, std::size_t count, bool in_p
 struct Layout {
   int size;
   const char* hosts;
+  const char* transport = "tcp";  // between hosts
 };
 
 class StoreWorld : public ::testing::TestWithParam<Layout> {
  protected:
-  static GroupSpec at(GroupSpec g) { return on_hosts(std::move(g), GetParam().hosts); }
+  static GroupSpec at(GroupSpec g) { return on_hosts(std::move(g), GetParam().hosts, GetParam().transport); }
 };
 
 TEST_P(StoreWorld, AllreduceEveryDtypeOpInPlaceAndNot) {
@@ -179,6 +181,13 @@ INSTANTIATE_TEST_SUITE_P(Hosts, StoreWorld,
                          ::testing::Values(Layout{4, "aabb"}, Layout{4, "abcd"}, Layout{3, "aba"},
                                            Layout{5, "abacb"}, Layout{8, "aabbccdd"}),
                          [](const auto& info) { return std::string("hosts_") + info.param.hosts; });
+#if ACCRUN_HAVE_LIBFABRIC
+// The same between hosts over libfabric (its tcp provider here).
+INSTANTIATE_TEST_SUITE_P(FabricHosts, StoreWorld,
+                         ::testing::Values(Layout{4, "aabb", "libfabric"}, Layout{4, "abcd", "libfabric"},
+                                           Layout{5, "abacb", "libfabric"}),
+                         [](const auto& info) { return std::string("libfabric_") + info.param.hosts; });
+#endif
 
 // Broadcast roots run ahead of their readers through the broadcast rings:
 // while one rank stalls, the others broadcast (from rotating roots, small

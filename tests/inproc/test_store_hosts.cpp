@@ -1,6 +1,6 @@
 // The store backend across hosts, in process: members on different "hosts"
 // form a hierarchical group (shared memory inside a host, TCP between
-// hosts, over this machine's own addresses).  The exact-result suite runs on
+// hosts over this machine's own addresses, or libfabric's tcp provider).  The exact-result suite runs on
 // host layouts in test_store_collectives.cpp; here, what crossing hosts
 // adds: buffered sends over TCP, failures on another host, members that
 // leave, disagreeing members, and connections that do not belong.
@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "accrun/config.h"
 #include "store_harness.hpp"
 
 namespace accrun::collectives::testing {
@@ -25,16 +26,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Each test runs over both transports between hosts (host_links.hpp).
+class StoreHosts : public ::testing::TestWithParam<const char*> {};
+
 std::vector<std::int32_t> pattern(int from, std::size_t n, int salt) {
   std::vector<std::int32_t> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = from * 1000003 + static_cast<std::int32_t>(i) * 7 + salt;
   return v;
 }
 
-TEST(StoreHosts, BothSendThenBothReceiveOverTcp) {
+TEST_P(StoreHosts, BothSendThenBothReceive) {
   // Larger than any socket buffer: the sends must queue, not wait.
   World w;
-  w.run(on_hosts(spec("swap", 2), "ab"), [&](int r, Backend& b) {
+  w.run(on_hosts(spec("swap", 2), "ab", GetParam()), [&](int r, Backend& b) {
     const int peer = 1 - r;
     for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{4u << 20}}) {
       auto out = pattern(r, n, 1);
@@ -47,11 +51,11 @@ TEST(StoreHosts, BothSendThenBothReceiveOverTcp) {
   });
 }
 
-TEST(StoreHosts, SendRecvInsideAndAcrossHostsKeepOrder) {
+TEST_P(StoreHosts, SendRecvInsideAndAcrossHostsKeepOrder) {
   // Every member sends 50 numbered messages to every other (both kinds of
   // link at once), in a bracket, then checks order and content.
   World w;
-  w.run(on_hosts(spec("mesh", 4), "abab"), [&](int r, Backend& b) {
+  w.run(on_hosts(spec("mesh", 4), "abab", GetParam()), [&](int r, Backend& b) {
     std::vector<std::vector<std::int32_t>> in(4, std::vector<std::int32_t>(50 * 8));
     ASSERT_TRUE(b.group_start().is_ok());
     for (int q = 0; q < 4; ++q) {
@@ -73,14 +77,14 @@ TEST(StoreHosts, SendRecvInsideAndAcrossHostsKeepOrder) {
   });
 }
 
-TEST(StoreHosts, AMemberThatDiesOnAnotherHostFailsEveryMemberNamingIt) {
+TEST_P(StoreHosts, AMemberThatDiesOnAnotherHostFailsEveryMemberNamingIt) {
   // Group rank 3 (job rank 7, host b) stops taking part and is reported
   // dead; every survivor, on both hosts and whether or not it leads its
   // host, fails within 5 s with kRemote naming it.
   for (std::size_t count : {std::size_t{4}, std::size_t{300000}}) {
     World w;
     std::atomic<int> finished{0};
-    GroupSpec g = on_hosts(spec("death", 4, -1, {4, 5, 6, 7}), "aabb");
+    GroupSpec g = on_hosts(spec("death", 4, -1, {4, 5, 6, 7}), "aabb", GetParam());
     std::thread reporter([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(150));
       w.peers.fail(7, "rank 7 on host host-b was killed by signal 9");
@@ -104,11 +108,11 @@ TEST(StoreHosts, AMemberThatDiesOnAnotherHostFailsEveryMemberNamingIt) {
   }
 }
 
-TEST(StoreHosts, AMemberThatLeftNormallyDoesNotFailOthers) {
+TEST_P(StoreHosts, AMemberThatLeftNormallyDoesNotFailOthers) {
   // Group rank 2 (host c) takes part in a barrier, destroys its handle and
   // leaves; ranks 0 and 1 (hosts a and b) go on exchanging 4 MiB.
   World w;
-  w.run(on_hosts(spec("leave", 3), "abc"), [&](int r, Backend& b) {
+  w.run(on_hosts(spec("leave", 3), "abc", GetParam()), [&](int r, Backend& b) {
     ASSERT_TRUE(b.barrier().is_ok());
     if (r == 2) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -121,9 +125,9 @@ TEST(StoreHosts, AMemberThatLeftNormallyDoesNotFailOthers) {
   });
 }
 
-TEST(StoreHosts, MembersThatDisagreeAcrossHostsFailNamingBoth) {
+TEST_P(StoreHosts, MembersThatDisagreeAcrossHostsFailNamingBoth) {
   World w;
-  w.run(on_hosts(spec("disagree", 2, 5000), "ab"), [&](int r, Backend& b) {
+  w.run(on_hosts(spec("disagree", 2, 5000), "ab", GetParam()), [&](int r, Backend& b) {
     std::vector<float> v(8, 1.0f);
     Status s = b.allreduce(v.data(), v.data(), r == 0 ? 4 : 5, DType::kFloat32, Op::kSum, nullptr);
     EXPECT_EQ(s.code(), Code::kInvalidUsage) << s.message();
@@ -132,7 +136,7 @@ TEST(StoreHosts, MembersThatDisagreeAcrossHostsFailNamingBoth) {
   });
 }
 
-TEST(StoreHosts, AConnectionWithoutTheTokenIsRefusedAndTheGroupGoesOn) {
+TEST(StoreHostsTcp, AConnectionWithoutTheTokenIsRefusedAndTheGroupGoesOn) {
   World w;
   MemRendezvous rv;
   GroupSpec g = on_hosts(spec("intruder", 2), "ab");
@@ -189,9 +193,9 @@ namespace {
 
 // Many calls of every size in a row, as a benchmark makes them: the
 // exchange (small), the ring (large) and barriers interleave on 4 hosts x 2.
-TEST(StoreHosts, ThousandsOfCallsOfEverySize) {
+TEST_P(StoreHosts, ThousandsOfCallsOfEverySize) {
   World w;
-  w.run(on_hosts(spec("stress", 8, 60'000), "aabbccdd"), [&](int r, Backend& b) {
+  w.run(on_hosts(spec("stress", 8, 60'000), "aabbccdd", GetParam()), [&](int r, Backend& b) {
     for (std::size_t bytes = 8; bytes <= (1u << 20); bytes *= 4) {
       const std::size_t count = bytes / 4;
       std::vector<float> in(count, static_cast<float>(r)), out(count);
@@ -206,6 +210,14 @@ TEST(StoreHosts, ThousandsOfCallsOfEverySize) {
     }
   });
 }
+
+#if ACCRUN_HAVE_LIBFABRIC
+INSTANTIATE_TEST_SUITE_P(Links, StoreHosts, ::testing::Values("tcp", "libfabric"),
+                         [](const auto& info) { return std::string(info.param); });
+#else
+INSTANTIATE_TEST_SUITE_P(Links, StoreHosts, ::testing::Values("tcp"),
+                         [](const auto& info) { return std::string(info.param); });
+#endif
 
 }  // namespace
 }  // namespace accrun::collectives::testing

@@ -67,13 +67,15 @@ HierGroup::HierGroup(const GroupContext& ctx, const Tuning& t)
 }
 
 HierGroup::~HierGroup() {
-  // Buffered sends still reach their peers after the last call.
-  if (tcp_ != nullptr) {
+  // Buffered sends still reach their peers after the last call; in a group
+  // that failed, only briefly (the word that this member gave up, to the
+  // other leaders).
+  if (links_ != nullptr) {
     Wait w;
     w.op = "destroy";
-    w.timeout_ms = 10'000;
-    w.deadline = Clock::now() + std::chrono::seconds(10);
-    (void)tcp_->flush(w);
+    w.timeout_ms = broken_.is_ok() ? 10'000 : 1'000;
+    w.deadline = Clock::now() + std::chrono::milliseconds(w.timeout_ms);
+    (void)links_->flush(w);
   }
 }
 
@@ -84,11 +86,12 @@ Status HierGroup::setup(const GroupContext& ctx, int setup_timeout_ms) {
   std::vector<bool> needs(static_cast<std::size_t>(size_));
   for (int g = 0; g < size_; ++g) needs[static_cast<std::size_t>(g)] = host_of_[static_cast<std::size_t>(g)] != my_host_;
   Tuning defaults;
-  auto t = TcpTransport::create(ctx, std::move(needs), defaults.pair_buffer_max);
+  auto t = make_host_links(ctx.host_transport, ctx, std::move(needs), defaults.pair_buffer_max);
   if (!t.is_ok()) return t.status();
-  tcp_ = std::move(t).value();
-  log(LogLevel::kDebug, "group %s: store backend ready (%d ranks on %zu hosts, shm inside a host, tcp between; %s)",
-      name_.c_str(), size_, hosts_.size(), leader() ? "this rank leads its host" : "led by its host's lowest rank");
+  links_ = std::move(t).value();
+  log(LogLevel::kDebug, "group %s: store backend ready (%d ranks on %zu hosts, shm inside a host, %s between; %s)",
+      name_.c_str(), size_, hosts_.size(), links_->name(),
+      leader() ? "this rank leads its host" : "led by its host's lowest rank");
   return Status::ok();
 }
 
@@ -129,7 +132,6 @@ Status HierGroup::check_rank(int r, const char* what) const {
 
 Status HierGroup::fail(Status s) {
   if (s.code() == Code::kInvalidArgument) return s;  // refused before anything moved
-  if (tcp_ != nullptr) tcp_->unborrow();  // the caller's buffers are its own again
   if (broken_.is_ok()) {
     broken_ = Status(s.code(), s.message() + " (the group is unusable now; destroy it)");
     local_->give_up(s);  // this host's members
@@ -142,23 +144,25 @@ Status HierGroup::fail(Status s) {
       w.deadline = Clock::now() + std::chrono::seconds(1);
       for (std::size_t h = 0; h < hosts_.size(); ++h) {
         if (static_cast<int>(h) == my_host_) continue;
-        (void)tcp_->send2(hosts_[h].front(), TcpTransport::kCollective, &abort, sizeof abort, s.message().data(),
+        (void)links_->send2(hosts_[h].front(), HostLinks::kCollective, &abort, sizeof abort, s.message().data(),
                           s.message().size(), w);
       }
     }
   }
+  // After the word went out: the caller's buffers are its own again.
+  if (links_ != nullptr) links_->unborrow();
   return s;
 }
 
 // ------------------------------------------------------------ between leaders
 
 Status HierGroup::lsend(int host, const void* data, std::size_t len, const Wait& w, bool borrow) {
-  return tcp_->send2(hosts_[static_cast<std::size_t>(host)].front(), TcpTransport::kCollective, &sig_, sizeof sig_,
+  return links_->send2(hosts_[static_cast<std::size_t>(host)].front(), HostLinks::kCollective, &sig_, sizeof sig_,
                      data, len, w, borrow);
 }
 
 Status HierGroup::lflush(int host, const Wait& w) {
-  return tcp_->flush_link(hosts_[static_cast<std::size_t>(host)].front(), w);
+  return links_->flush_link(hosts_[static_cast<std::size_t>(host)].front(), w);
 }
 
 Status HierGroup::lrecv(int host, void* data, std::size_t len, const Wait& w) {
@@ -166,11 +170,11 @@ Status HierGroup::lrecv(int host, void* data, std::size_t len, const Wait& w) {
   std::string head;
   bool placed = false;
   // The data goes straight into `data` as it arrives; the signature to head.
-  ACCRUN_RETURN_IF_ERROR(tcp_->recv_split(from, TcpTransport::kCollective, sizeof(Sig), static_cast<char*>(data), len,
+  ACCRUN_RETURN_IF_ERROR(links_->recv_split(from, HostLinks::kCollective, sizeof(Sig), static_cast<char*>(data), len,
                                           &head, &placed, w));
   ACCRUN_RETURN_IF_ERROR(check_sig(from, head));
   if (!placed) {
-    return invalid_usage("group '" + name_ + "': " + op_ + ": " + tcp_->describe(from) + " sent " +
+    return invalid_usage("group '" + name_ + "': " + op_ + ": " + links_->describe(from) + " sent " +
                          std::to_string(head.size() - sizeof(Sig)) + " bytes where " + std::to_string(len) +
                          " were due");
   }
@@ -181,7 +185,7 @@ Status HierGroup::lrecv(int host, void* data, std::size_t len, const Wait& w) {
 // front: the data starts sizeof(Sig) bytes in, so nothing is moved).
 Status HierGroup::lrecv_any(int host, std::string* out, const Wait& w) {
   const int from = hosts_[static_cast<std::size_t>(host)].front();
-  ACCRUN_RETURN_IF_ERROR(tcp_->recv_message(from, TcpTransport::kCollective, out, w));
+  ACCRUN_RETURN_IF_ERROR(links_->recv_message(from, HostLinks::kCollective, out, w));
   return check_sig(from, *out);
 }
 
@@ -193,7 +197,7 @@ Status HierGroup::check_sig(int from, const std::string& message) {
   if (out->size() >= sizeof theirs) std::memcpy(&theirs, out->data(), sizeof theirs);
   if (out->size() >= sizeof theirs && theirs.coll == kAbort) {
     told_ = true;  // its leader told the others already
-    return remote_error("group '" + name_ + "': " + op_ + ": " + tcp_->describe(from) + " gave up: " +
+    return remote_error("group '" + name_ + "': " + op_ + ": " + links_->describe(from) + " gave up: " +
                         out->substr(sizeof theirs));
   }
   if (out->size() < sizeof theirs || std::memcmp(&theirs, &sig_, sizeof sig_) != 0) {
@@ -206,7 +210,7 @@ Status HierGroup::check_sig(int from, const std::string& message) {
              (s.coll == kReduce || s.coll == kBroadcast ? " root " + std::to_string(s.root) : std::string());
     };
     return invalid_usage("group '" + name_ + "': the members disagree: group rank " + std::to_string(rank_) +
-                         " called " + text(sig_) + ", " + tcp_->describe(from) + " called " + text(theirs));
+                         " called " + text(sig_) + ", " + links_->describe(from) + " called " + text(theirs));
   }
   return Status::ok();
 }
@@ -421,7 +425,7 @@ Status HierGroup::send(const void* buf, std::size_t count, DType dt, int peer, v
   ACCRUN_RETURN_IF_ERROR(check_rank(peer, "peer"));
   if (count > 0 && buf == nullptr) return invalid_argument("group '" + name_ + "': send: a NULL buffer");
   if (host_of_[static_cast<std::size_t>(peer)] == my_host_) return local_->send(buf, count, dt, local_index(peer), nullptr);
-  return tcp_->send(peer, TcpTransport::kP2p, buf, count * dtype_size(dt), wait_spec());
+  return links_->send(peer, HostLinks::kP2p, buf, count * dtype_size(dt), wait_spec());
 }
 
 Status HierGroup::recv(void* buf, std::size_t count, DType dt, int peer, void* stream) {
@@ -435,7 +439,7 @@ Status HierGroup::recv(void* buf, std::size_t count, DType dt, int peer, void* s
     return Status::ok();
   }
   std::size_t got = 0;
-  return tcp_->recv(peer, TcpTransport::kP2p, buf, bytes, &got, wait_spec());
+  return links_->recv(peer, HostLinks::kP2p, buf, bytes, &got, wait_spec());
 }
 
 Status HierGroup::group_start() {
@@ -454,7 +458,7 @@ Status HierGroup::group_end() {
   op_ = "recv";
   for (const PendingRecv& r : todo) {
     std::size_t got = 0;
-    ACCRUN_RETURN_IF_ERROR(tcp_->recv(r.peer, TcpTransport::kP2p, r.buf, r.bytes, &got, wait_spec()));
+    ACCRUN_RETURN_IF_ERROR(links_->recv(r.peer, HostLinks::kP2p, r.buf, r.bytes, &got, wait_spec()));
   }
   return Status::ok();
 }

@@ -2,7 +2,7 @@
 //
 // The members of each host form a store group of their own over shared
 // memory (group.hpp); the lowest group rank on each host is its leader, and
-// the leaders talk over TCP (tcp_transport.hpp).  A collective reduces (or
+// the leaders talk over TCP or libfabric (host_links.hpp).  A collective reduces (or
 // gathers) inside each host, runs between the leaders, then broadcasts
 // inside each host:
 //   allreduce      local reduce to the leader; leaders exchange every
@@ -33,7 +33,7 @@
 
 #include "accrun/backend.hpp"
 #include "store/group.hpp"
-#include "store/tcp_transport.hpp"
+#include "store/host_links.hpp"
 
 namespace accrun::collectives::store {
 
@@ -86,7 +86,7 @@ class HierGroup final : public Backend {
   // Between leaders (host indices), tag kCollective, each message led by
   // the call's signature.
   // borrow: sent from `data` itself, which must not change before
-  // lflush(host) (see TcpTransport::send2).
+  // lflush(host) (see HostLinks::send2).
   Status lsend(int host, const void* data, std::size_t len, const Wait& w, bool borrow = false);
   Status lflush(int host, const Wait& w);
   Status lrecv(int host, void* data, std::size_t len, const Wait& w);
@@ -107,7 +107,7 @@ class HierGroup final : public Backend {
   int local_rank_ = 0;
   std::unique_ptr<Rendezvous> local_rv_;    // the host group's keys, under the host's prefix
   std::unique_ptr<StoreGroup> local_;
-  std::unique_ptr<TcpTransport> tcp_;
+  std::unique_ptr<HostLinks> links_;      // to the other hosts: tcp or libfabric
   Sig sig_;
   const char* op_ = "setup";
   Status broken_;

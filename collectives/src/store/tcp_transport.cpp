@@ -162,10 +162,7 @@ bool TcpTransport::reaches(int peer) const {
 
 Channel* TcpTransport::channel(int peer) { return reaches(peer) ? channels_[static_cast<std::size_t>(peer)].get() : nullptr; }
 
-std::string TcpTransport::describe(int peer) const {
-  const Member& m = members_[static_cast<std::size_t>(peer)];
-  return "group rank " + std::to_string(peer) + " (job rank " + std::to_string(m.job_rank) + " on host " + m.host + ")";
-}
+std::string TcpTransport::describe(int peer) const { return describe_member(members_, peer); }
 
 Status TcpTransport::listen_and_publish() {
   const std::string where = "group '" + name_ + "': TCP transport";

@@ -38,14 +38,13 @@
 #include <vector>
 
 #include "accrun/backend.hpp"
+#include "store/host_links.hpp"
 #include "store/transport.hpp"
 
 namespace accrun::collectives::store {
 
-class TcpTransport final : public Transport {
+class TcpTransport final : public Transport, public HostLinks {
  public:
-  enum Tag : std::uint32_t { kP2p = 0, kCollective = 1 };
-
   // Listens and publishes this member's address.  `needs[q]` says whether
   // this member may talk to group rank q over TCP (the same answer on both
   // sides).  pair_buffer_max: see above.
@@ -54,36 +53,37 @@ class TcpTransport final : public Transport {
   ~TcpTransport() override;
 
   const char* name() const override { return "tcp"; }
+  using HostLinks::Tag;
   bool reaches(int peer) const override;
   Channel* channel(int peer) override;
 
   // Tagged messages, for the hierarchical group.
-  Status send(int peer, Tag tag, const void* data, std::size_t len, const Wait& w);
+  Status send(int peer, Tag tag, const void* data, std::size_t len, const Wait& w) override;
   // borrow: what the socket does not take at once is not copied but sent
   // from `data` by the writer thread; the caller keeps `data` unchanged
   // until flush_link(peer) has returned.
   Status send2(int peer, Tag tag, const void* head, std::size_t head_len, const void* data, std::size_t len,
-               const Wait& w, bool borrow = false);
+               const Wait& w, bool borrow = false) override;
   // Waits until everything queued towards peer has been handed to the kernel.
-  Status flush_link(int peer, const Wait& w);
+  Status flush_link(int peer, const Wait& w) override;
   // Copies whatever is still borrowed, so the caller's memory is free again
   // (a collective that fails before its flush).
-  void unborrow();
+  void unborrow() override;
   // Receives the next message of `tag` from peer; *got is its length.
   // kInvalidArgument (the message stays queued) when it exceeds max_len.
-  Status recv(int peer, Tag tag, void* data, std::size_t max_len, std::size_t* got, const Wait& w);
+  Status recv(int peer, Tag tag, void* data, std::size_t max_len, std::size_t* got, const Wait& w) override;
   // Receives the next message of `tag` from peer, whole.
-  Status recv_message(int peer, Tag tag, std::string* out, const Wait& w);
+  Status recv_message(int peer, Tag tag, std::string* out, const Wait& w) override;
   // Receives the next message of `tag` from peer, expected to hold `keep`
   // bytes then `len`: the first go to *head and the rest straight into
   // `dest` as they arrive (*placed true).  A message of another length
   // lands whole in *head (*placed false).  `dest` is not written after
   // this returns.
   Status recv_split(int peer, Tag tag, std::size_t keep, char* dest, std::size_t len, std::string* head,
-                    bool* placed, const Wait& w);
+                    bool* placed, const Wait& w) override;
   // Waits until everything queued has been handed to the kernel.
-  Status flush(const Wait& w);
-  std::string describe(int peer) const;
+  Status flush(const Wait& w) override;
+  std::string describe(int peer) const override;
 
  private:
   struct Message {

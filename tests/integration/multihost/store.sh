@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The store backend across the test bed's hosts (accrun(7) "The store
 # backend"): the exact-result suite through the C API on 2 hosts x 2 ranks
-# and 4 hosts x 1 (shared memory inside a host, TCP between hosts), AUTO on
+# and 4 hosts x 1 (shared memory inside a host, TCP or libfabric's tcp
+# provider between hosts), AUTO on
 # host buffers across hosts, and a member that dies on another host during
 # an allreduce: every survivor fails with ACCRUN_ERR_REMOTE naming it
 # within 5 s; objects put on one host and read on another; nothing is
@@ -17,15 +18,22 @@ backends_auto=$5
 . "$(dirname "$0")/lib.sh"
 agent="ssh -F $ACCRUN_TESTBED_SSH_CONFIG"
 
-for layout in "h1:2,h2:2" "h1:1,h2:1,h3:1,h4:1"; do
-  out=$("$accrun" --timeout 200 -n 4 -H "$layout" --launch-agent "$agent" -x ACCRUN_LOG=debug "$suite" --host-staging 2>&1)
-  rc=$?
-  if [ "$rc" = 0 ] && grep -q "nccl_suite: PASS (4 ranks" <<<"$out" && ! grep -q FAIL <<<"$out"; then
-    ok "the exact suite over a store group on $layout"
-  else
-    bad "the exact suite over a store group on $layout (exit $rc)" "$(grep -v '^accrun: ' <<<"$out" | tail -20; grep 'store backend ready' <<<"$out" | head -4)"
-  fi
-  check "$layout: a hierarchical group (tcp between hosts)" "store backend ready \(4 ranks on [24] hosts, shm inside a host, tcp between" "$out"
+# Over TCP (the default) and over libfabric's tcp provider, where built.
+transports=tcp
+"$accrun" --version | grep -q "libfabric transport: built" && transports="tcp libfabric"
+for transport in $transports; do
+  case $transport in tcp) between="tcp";; libfabric) between="libfabric \(tcp;ofi_rxm\)";; esac
+  for layout in "h1:2,h2:2" "h1:1,h2:1,h3:1,h4:1"; do
+    out=$("$accrun" --timeout 200 -n 4 -H "$layout" --launch-agent "$agent" -x ACCRUN_LOG=debug \
+      -x ACCRUN_STORE_TRANSPORT=$transport -x FI_PROVIDER=tcp "$suite" --host-staging 2>&1)
+    rc=$?
+    if [ "$rc" = 0 ] && grep -q "nccl_suite: PASS (4 ranks" <<<"$out" && ! grep -q FAIL <<<"$out"; then
+      ok "the exact suite over a store group on $layout, $transport between hosts"
+    else
+      bad "the exact suite over a store group on $layout, $transport (exit $rc)" "$(grep -v '^accrun: ' <<<"$out" | tail -20; grep 'store backend ready' <<<"$out" | head -4)"
+    fi
+    check "$layout: a hierarchical group ($transport between hosts)" "store backend ready \(4 ranks on [24] hosts, shm inside a host, $between between" "$out"
+  done
 done
 
 out=$("$accrun" --timeout 60 -n 4 -H h1:2,h2:2 --launch-agent "$agent" -x ACCRUN_LOG=debug "$backends_auto" 2>&1)
@@ -58,9 +66,10 @@ check "the survivors' error names rank 1" "rank [02]: .*rank 1.*\([0-4]\.[0-9]+ 
 # set down (--on-failure continue: the controller tells the others that
 # h2's ranks are lost).  Each survivor fails with ACCRUN_ERR_REMOTE naming
 # rank 1 within 5 s of the event.
-survivors_fail() {  # survivors_fail NAME ACTION
+survivors_fail() {  # survivors_fail NAME ACTION [TRANSPORT]
   local out t_event t_last
-  "$accrun" --timeout 60 -n 3 -H h1:1,h2:1,h3:1 --launch-agent "$agent" --on-failure continue "$probe" loop \
+  "$accrun" --timeout 60 -n 3 -H h1:1,h2:1,h3:1 --launch-agent "$agent" --on-failure continue \
+    -x ACCRUN_STORE_TRANSPORT="${3:-tcp}" "$probe" loop \
     >"$state/loop.out" 2>&1 &
   local pid=$!
   for _ in $(seq 100); do [ "$(grep -c looping "$state/loop.out")" = 3 ] && break; sleep 0.1; done
@@ -80,5 +89,11 @@ survivors_fail() {  # survivors_fail NAME ACTION
 survivors_fail "kill -9 of a member on h2 mid-allreduce" '"$tb" hx h2 pkill -9 -f "runtime_probe loop"'
 survivors_fail "h2's link down mid-allreduce" 'ip link set vt-h2 down'
 ip link set vt-h2 up
+if [[ $transports == *libfabric* ]]; then
+  sleep 1
+  survivors_fail "libfabric: kill -9 of a member on h2 mid-allreduce" '"$tb" hx h2 pkill -9 -f "runtime_probe loop"' libfabric
+  survivors_fail "libfabric: h2's link down mid-allreduce" 'ip link set vt-h2 down' libfabric
+  ip link set vt-h2 up
+fi
 nothing_left "store across hosts" "$probe"
 exit $fail
