@@ -7,6 +7,9 @@
 #   fewer iterations: 8 ranks on this machine's cores): osu_allreduce,
 #   osu_bcast, osu_allgather --backend store,raw-mpi (each table ends with a
 #   ratio table, store / raw-mpi, per size)
+#   the same 2 x 1 tables with the store over libfabric's tcp provider;
+#   torch.distributed's gloo (gloo_bench.py) on both layouts when
+#   python3-torch is installed;
 #   osu_bw --backend store between h1 and h2, object_get (accrun_get on h2
 #   of objects put on h1), and tcp_stream h1 -> h2
 set -uo pipefail
@@ -28,6 +31,30 @@ for layout in "2 h1:1,h2:1 -i 1000 8:4194304" "8 h1:2,h2:2,h3:2,h4:2 -i 20 8:262
       "$b/benchmarks/osu_$bench" --backend store,raw-mpi -m "$5" "$3" "$4"
   done
 done
+# The store over libfabric's tcp provider instead of plain TCP, same hosts.
+if "$b/launcher/accrun" --version | grep -q "libfabric transport: built"; then
+  for bench in allreduce bcast allgather; do
+    echo "## $bench, 2 ranks on h1:1,h2:1, store over libfabric (tcp provider)"
+    "$b/launcher/accrun" --timeout 900 -n 2 -H h1:1,h2:1 --launch-agent "$agent" "${mpi[@]}" \
+      -x ACCRUN_STORE_TRANSPORT=libfabric -x FI_PROVIDER=tcp \
+      "$b/benchmarks/osu_$bench" --backend store,raw-mpi -m 8:4194304 -i 1000
+  done
+fi
+# torch.distributed's gloo on the same hosts and sizes (Debian's python3-torch).
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+if "$py" -c "import torch" 2>/dev/null; then
+  for layout in "2 h1:1,h2:1 1000 8:4194304" "8 h1:2,h2:2,h3:2,h4:2 20 8:262144"; do
+    set -- $layout
+    for bench in allreduce bcast allgather; do
+      echo "## gloo $bench, $1 ranks on $2"
+      "$b/launcher/accrun" --timeout 900 -n "$1" -H "$2" --launch-agent "$agent" -x GLOO_SOCKET_IFNAME=eth0 \
+        "$py" "$src/benchmarks/osu/gloo_bench.py" "$bench" -m "$4" -i "$3"
+    done
+  done
+else
+  echo "## gloo: python3-torch is not installed; skipped"
+fi
 echo "## osu_bw, store, h1 -> h2"
 "$b/launcher/accrun" --timeout 300 -n 2 -H h1:1,h2:1 --launch-agent "$agent" "${mpi[@]}" \
   "$b/benchmarks/osu_bw" --backend store,raw-mpi -m 1048576:16777216
