@@ -103,7 +103,11 @@ void FabricTransport::progress_loop() {
       for (const Op& o : ops_)
         if (o.is_send && !o.done) busy = true;
     }
-    std::this_thread::sleep_for(busy ? std::chrono::microseconds(50) : std::chrono::milliseconds(1));
+    // With more ranks than cores, every wake-up is taken from a rank.
+    if (oversubscribed_)
+      std::this_thread::sleep_for(busy ? std::chrono::milliseconds(2) : std::chrono::milliseconds(20));
+    else
+      std::this_thread::sleep_for(busy ? std::chrono::microseconds(50) : std::chrono::milliseconds(2));
   }
 }
 
@@ -242,10 +246,16 @@ Status FabricTransport::wait_for(Ready ready, int peer, const Wait& w, const cha
                              " ms for " + what + (peer >= 0 ? " from " + describe(peer) : std::string()));
     }
     // Busy for 200 µs (an answer between hosts is often that close), then
-    // give the core away between looks.
-    if (oversubscribed_ || now - start > std::chrono::microseconds(200)) {
+    // give the core away between looks.  With more ranks than cores a rank
+    // that only yields still takes the cores from the others (and from
+    // accrun's agents): it sleeps instead.
+    const auto waited = now - start;
+    if (oversubscribed_ || waited > std::chrono::microseconds(200)) {
       if (lock_ != nullptr) lock_->unlock();
-      if (now - start > std::chrono::milliseconds(20))
+      if (oversubscribed_)
+        std::this_thread::sleep_for(waited > std::chrono::milliseconds(1) ? std::chrono::microseconds(200)
+                                                                          : std::chrono::microseconds(20));
+      else if (waited > std::chrono::milliseconds(20))
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       else
         sched_yield();

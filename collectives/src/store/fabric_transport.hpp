@@ -23,7 +23,8 @@
 // the caller's memory (the group is unusable by then).
 // Progress is manual: it happens inside this member's calls, and between
 // them on the transport's progress thread (every 50 µs while sends are
-// outstanding, every millisecond otherwise), so a peer's message or a
+// outstanding, every 2 ms otherwise; 10 times less often when ranks
+// outnumber cores), so a peer's message or a
 // transfer it pulls from us never waits for this member's next call.  One
 // mutex covers the endpoint and the transport's state.
 #pragma once
