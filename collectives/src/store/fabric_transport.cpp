@@ -121,6 +121,11 @@ Status FabricTransport::open(const GroupContext& ctx) {
   hints->caps = FI_TAGGED;
   hints->mode = FI_CONTEXT;
   hints->tx_attr->msg_order = FI_ORDER_SAS;
+  // A send completes once the peer has it, not once the provider has
+  // queued it: a member that flushes and closes its endpoint (it leaves
+  // the group) must not take its last messages with it.  Measured here it
+  // costs nothing visible (2 hosts x 1, 8 B ... 4 MiB).
+  hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
   hints->rx_attr->msg_order = FI_ORDER_SAS;
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
   hints->domain_attr->av_type = FI_AV_TABLE;
