@@ -194,7 +194,13 @@ void death() {
   accrun_group_t g;
   OK(accrun_group_init("doomed", n, r, ACCRUN_BACKEND_STORE, &g));
   OK(accrun_barrier(g));
-  if (r == 1) std::_Exit(3);
+  // Rank 1 dies once the others are in their allreduce loop (a member that
+  // fails right as a collective ends may fail that collective for the
+  // others too, which is not what this scenario is about).
+  if (r == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::_Exit(3);
+  }
   auto t0 = std::chrono::steady_clock::now();
   int rc = ACCRUN_SUCCESS;
   for (int i = 0; i < 1000000 && rc == ACCRUN_SUCCESS; ++i) {
