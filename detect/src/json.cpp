@@ -86,6 +86,12 @@ Result<Inventory> read_host(const nlohmann::json& o, const std::string& where) {
     if (!zone) return zone.status();
     if (!region) return region.status();
     inv.labels = Labels{*pod, *zone, *region};
+    // The host's place in its pod (the TPU worker id), as detected: the
+    // controller plans with a remote host's from its agent's report.
+    auto worker = get_opt_int(*l, where + ".labels", "worker");
+    if (!worker) return worker.status();
+    if (*worker && **worker < 0) return field_error(where + ".labels", "worker", "0 or more");
+    inv.pod_order = *worker;
   }
   const nlohmann::json* accs = member(o, "accelerators");
   if (accs == nullptr) return inv;
@@ -147,7 +153,8 @@ std::string to_json(const std::vector<Inventory>& hosts) {
                         {"numa_nodes", inv.numa_nodes},
                         {"labels", Json{{"pod", opt(inv.labels.pod)},
                                         {"zone", opt(inv.labels.zone)},
-                                        {"region", opt(inv.labels.region)}}},
+                                        {"region", opt(inv.labels.region)},
+                                        {"worker", opt(inv.pod_order)}}},
                         {"accelerators", std::move(accs)}});
   }
   std::string out;

@@ -49,7 +49,7 @@ TEST(DetectJson, ExactShape) {
   inv.accelerators.push_back(a);
   EXPECT_EQ(to_json({inv}),
             "{\"hosts\": [{\"host\": \"h\", \"cpus\": 2, \"numa_nodes\": 1, \"labels\": {\"pod\": null, "
-            "\"zone\": null, \"region\": null}, \"accelerators\": [{\"resource\": \"GPU\", \"id\": 0, "
+            "\"zone\": null, \"region\": null, \"worker\": null}, \"accelerators\": [{\"resource\": \"GPU\", \"id\": 0, "
             "\"type\": \"H100\", \"pci\": null, \"numa\": null, \"cpus\": null, \"uuid\": null, "
             "\"logical\": true}]}]}\n");
 }
@@ -58,6 +58,7 @@ TEST(DetectJson, RoundTrip) {
   std::vector<Inventory> hosts{sample(), sample()};
   hosts[1].host = "other";
   hosts[1].labels = {};
+  hosts[0].pod_order = 3;  // a TPU host's detected worker id travels as labels.worker
   auto back = from_json(to_json(hosts));
   ASSERT_TRUE(back) << back.status().message();
   ASSERT_EQ(back->size(), 2u);
@@ -67,6 +68,8 @@ TEST(DetectJson, RoundTrip) {
   EXPECT_EQ(b.numa_nodes, 2);
   EXPECT_EQ(b.labels.pod, "slice-a");
   EXPECT_FALSE(b.labels.zone);
+  EXPECT_EQ(b.pod_order, 3);
+  EXPECT_FALSE((*back)[1].pod_order);
   ASSERT_EQ(b.accelerators.size(), 2u);
   EXPECT_EQ(b.accelerators[0].id, 3);
   EXPECT_EQ(b.accelerators[0].vendor, "nvidia") << "the vendor follows from the type";
@@ -92,6 +95,9 @@ TEST(DetectJson, BadInputNamesTheField) {
   EXPECT_NE(r.status().message().find("FPGA"), std::string::npos);
   EXPECT_FALSE(from_json("{\"hosts\": []} trailing"));
   EXPECT_FALSE(from_json("{\"hosts\": [{\"host\": \"h\", \"cpus\": 1.5, \"numa_nodes\": 1}]}"));
+  r = from_json("{\"hosts\": [{\"host\": \"h\", \"cpus\": 1, \"numa_nodes\": 1, \"labels\": {\"worker\": -1}}]}");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("hosts[0].labels.worker"), std::string::npos) << r.status().message();
 }
 
 // Written and read by nlohmann-json: what it writes is valid JSON whatever

@@ -242,8 +242,9 @@ std::string format_table(const std::vector<Inventory>& hosts);
 std::string to_json(const std::vector<Inventory>& hosts);
 // Reads that JSON back (the multi-host head reads daemons' inventories).
 // Accelerator::vendor, not in the JSON, is the maker of the type, else the
-// resource's default vendor; pod_order and cores are not in the JSON.  Errors
-// (invalid argument) name the offending field ("hosts[0].cpus").  Pure.
+// resource's default vendor; pod_order is labels.worker; cores are not in
+// the JSON.  Errors (invalid argument) name the offending field
+// ("hosts[0].cpus").  Pure.
 Result<std::vector<Inventory>> from_json(std::string_view json);
 
 }  // namespace accrun::detect

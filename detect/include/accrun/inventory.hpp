@@ -43,7 +43,7 @@ struct Inventory {
   int cpus = 0;                       // processing units (hardware threads)
   int numa_nodes = 0;
   Labels labels;
-  std::optional<int> pod_order;       // order inside the pod (the TPU worker id); not in the JSON
+  std::optional<int> pod_order;       // order inside the pod (the TPU worker id); JSON labels.worker
   std::vector<Accelerator> accelerators;
   std::vector<Core> cores;            // empty where the host's topology is unknown
   // True when `cores` come from an hwloc XML file (--topology/HWLOC_XMLFILE)

@@ -41,6 +41,22 @@ table=$(ACCRUN_LOG=debug "$accrun" --detect --fanout 2 --hostfile "$ACCRUN_TESTB
 check "table" "h3: .*HPU +[0-9]+ +GAUDI2" "$(tr '\n' ' ' <<<"$table")"
 check "tree of fanout 2: the controller starts 2" "launch tree: 4 agents, fanout 2, depth 2; 2 started here" "$table"
 
+# Pod labels each host's agent detects (a TPU VM's environment: the slice and
+# the host's worker id) reach the controller, which shows them and places a
+# pod block in worker order with no label in the hostfile.
+for i in 1 2 3 4; do
+  rm -rf "$state/hosts/h$i/sys"; cp -r "$fx/tpu-v4" "$state/hosts/h$i/sys"
+done
+tagent="ssh -F $ssh_cfg {host} env ACCRUN_NVML_LIBRARY= ACCRUN_SYSFS_ROOT=/run/testbed/sys TPU_NAME=slice-t TPU_WORKER_HOSTNAMES=h4,h3,h2,h1 {cmd}"
+table=$("$accrun" --detect --hostfile "$ACCRUN_TESTBED_HOSTFILE" --launch-agent "$tagent" 2>&1)
+for i in 1 2 3 4; do
+  check "h$i detected as worker $((4 - i)) of slice-t" "h$i: .*labels: pod=slice-t worker=$((4 - i))" "$table"
+done
+out=$("$accrun" -n 4 --hostfile "$ACCRUN_TESTBED_HOSTFILE" --launch-agent "$tagent" --resources-per-rank TPU=4 \
+  --pod-blocks 4 sh -c 'echo "rank $ACCRUN_RANK on $(hostname)"' 2>&1)
+check "a pod block in detected worker order" "rank 0 on h4.*rank 1 on h3.*rank 2 on h2.*rank 3 on h1" \
+  "$(sort <<<"$out" | tr '\n' ' ')"
+
 # A connection with a wrong secret, and one with garbage, while agents come up.
 slow="sleep 2; ssh -F $ssh_cfg {host} {cmd}"
 "$accrun" --detect -H h1,h2 --launch-agent "$slow" >"$state/scratch/slow.out" 2>"$state/scratch/slow.err" &
