@@ -141,7 +141,9 @@ std::string signal_name(int sig) {
 }
 
 struct RankState {
-  int rank = 0;
+  int rank = 0;          // the PMIx server's id (pmix_server.hpp): a rank, or a spawned process
+  int spawner = -1;      // a spawned process: the rank whose PMIx_Spawn started it
+  std::string label;     // a spawned process: how messages name it
   pid_t pid = -1;
   bool running = false;
   bool connected = false;
@@ -212,6 +214,7 @@ class Daemon final : public ClientEvents, public DaemonControl {
   void on_connected(int rank) override;
   void on_finalized(int rank) override;
   void on_abort(int rank, int status, const std::string& message) override;
+  void on_spawn(SpawnRequest request, std::function<void(int, std::string)> done) override;
   void terminate(int sig) override;
 
  private:
@@ -222,7 +225,19 @@ class Daemon final : public ClientEvents, public DaemonControl {
   void finish();
 
   RankState* state_of(int rank);
-  const std::string& host_of(int rank) const { return plan_.hosts[plan_.ranks[rank].host].inventory.host; }
+  const std::string& host_of(int rank) const {
+    return plan_.hosts[is_spawned_id(rank) ? cfg_.host : plan_.ranks[rank].host].inventory.host;
+  }
+  // "rank 3", or for a spawned process what its label says.
+  std::string name_of(const RankState& r) const {
+    return r.label.empty() ? "rank " + std::to_string(r.rank) : r.label;
+  }
+  // Why a PMIx_Spawn cannot be served here ("" if it can).
+  std::string spawn_refusal(const SpawnRequest& req, int total) const;
+  // A pipe for a local process's stdout or stderr, its read end kept as a
+  // stream forwarded with `prefix`; returns the write end (-1: pipe failed).
+  int add_output_pipe(int id, OutKind kind, const std::string& prefix);
+  void watch_stream(size_t index);
   void record_failure(RankState& r, int status, const std::string& kind, const std::string& how, bool quiet = false);
   void apply_policy();
   void terminate_all(int sig);
@@ -296,6 +311,7 @@ class Daemon final : public ClientEvents, public DaemonControl {
   bool mask_set_ = false;
   struct sigaction old_pipe_ {};
   int old_subreaper_ = 0;
+  int spawns_ = 0;                      // PMIx_Spawn requests served (namespaces accrun.<id>.<k>)
   std::unique_ptr<UpcallQueue> queue_;
   std::unique_ptr<PmixServer> pmix_;
   std::unique_ptr<pmi::PmiService> pmi_;  // --mpi pmi|auto: the PMI-1/PMI-2 sockets
@@ -341,6 +357,8 @@ RankState* Daemon::state_of(int rank) {
 
 bool Daemon::all_here(const std::string& signature) const {
   // "*" or ranks, after a kind such as "pmi:" (the PMI server's fences).
+  // Processes spawned by the job's ranks (ids from kSpawnedIdBase) all run
+  // on this host.
   std::string_view ranks = signature;
   if (size_t colon = ranks.find(':'); colon != std::string_view::npos) ranks.remove_prefix(colon + 1);
   if (ranks == "*") return plan_.hosts.size() == 1;
@@ -349,7 +367,12 @@ bool Daemon::all_here(const std::string& signature) const {
     size_t comma = std::min(ranks.find(',', pos), ranks.size());
     size_t r = 0;
     auto [end, ec] = std::from_chars(ranks.data() + pos, ranks.data() + comma, r);
-    if (ec != std::errc() || end != ranks.data() + comma || r >= plan_.ranks.size() || plan_.ranks[r].host != cfg_.host)
+    if (ec != std::errc() || end != ranks.data() + comma) return false;
+    if (r >= static_cast<size_t>(kSpawnedIdBase)) {
+      pos = comma + 1;
+      continue;
+    }
+    if (r >= plan_.ranks.size() || plan_.ranks[r].host != cfg_.host)
       return false;
     pos = comma + 1;
   }
@@ -389,6 +412,224 @@ void Daemon::on_abort(int rank, int status, const std::string& message) {
   record_failure(*r, status, "abort", how);
 }
 
+int Daemon::add_output_pipe(int id, OutKind kind, const std::string& prefix) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return -1;
+  auto s = std::make_unique<OutStream>();
+  s->fd = p[0];
+  s->rank = id;
+  s->kind = kind;
+  Upstream* up = up_;
+  int stream = kind == OutKind::kStdout ? 1 : 2;
+  s->lines = std::make_unique<LineAssembler>(prefix, [up, stream](const char* d, size_t n) {
+    up->output(stream, d, n);
+    return true;
+  });
+  streams_.push_back(std::move(s));
+  return p[1];
+}
+
+void Daemon::watch_stream(size_t index) {
+  if (output_paused_ || streams_[index]->fd < 0) return;  // pause_output() adds it back
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kTagStream | index;
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, streams_[index]->fd, &ev);
+}
+
+std::string Daemon::spawn_refusal(const SpawnRequest& req, int total) const {
+  if (plan_.hosts.size() > 1)
+    return "spawning is served for jobs on one host; this job spans " + std::to_string(plan_.hosts.size()) +
+           " hosts";
+  if (total <= 0) return "it asks for no processes";
+  if (terminating_) return "the job is ending";
+  const std::string& here = plan_.hosts[static_cast<size_t>(cfg_.host)].inventory.host;
+  // MPI_Info "host" arrives as PMIX_HOST, for the job or one application.
+  std::vector<const std::map<std::string, std::string>*> infos{&req.info};
+  for (const SpawnApp& a : req.apps) infos.push_back(&a.info);
+  for (const auto* info : infos)
+    if (auto h = info->find(PMIX_HOST); h != info->end() && h->second != here && h->second != "localhost")
+      return "it asks for host '" + h->second + "'; spawned processes run on this job's host, " + here;
+  if (cfg_.spawn_slots >= 0) {
+    int live = 0;
+    for (const auto& [id, st] : ranks_) live += is_spawned_id(id) && st.running ? 1 : 0;
+    if (live + total > cfg_.spawn_slots)
+      return "host " + here + " has " + std::to_string(cfg_.spawn_slots) + " slot(s) left after the job's ranks, " +
+             std::to_string(live) + " taken by spawned processes; give the host more slots (slots=N in the "
+             "hostfile) or pass --oversubscribe";
+  }
+  return "";
+}
+
+// PMIx_Spawn (MPI_Comm_spawn) from a local process: the new processes are a
+// namespace of their own, accrun.<job id>.<k>, on this host, started as the
+// ranks are (own process group, output forwarded, the failure policy and
+// --timeout apply, the job ends when they have too).  See accrun(7),
+// "Spawned processes".
+void Daemon::on_spawn(SpawnRequest req, std::function<void(int, std::string)> done) {
+  RankState* parent = state_of(req.requester);
+  std::string who = parent != nullptr ? name_of(*parent) : "a process";
+  int total = 0;
+  for (const SpawnApp& a : req.apps) total += std::max(a.maxprocs, 0);
+  auto refuse = [&](int status, const std::string& why) {
+    say(cfg_.err_fd, who + "'s MPI_Comm_spawn (PMIx_Spawn) of " + std::to_string(total) +
+                         " process(es) was refused: " + why);
+    done(status, std::string());
+  };
+  if (std::string why = spawn_refusal(req, total); !why.empty())
+    return refuse(plan_.hosts.size() > 1 ? PMIX_ERR_NOT_SUPPORTED : PMIX_ERR_OUT_OF_RESOURCE, why);
+
+  // Each app's program, found before anything starts.
+  Env base = filter_inherited(cfg_.inherited);
+  for (const auto& [k, v] : cfg_.exports) {
+    if (v) {
+      base[k] = *v;
+    } else if (auto it = cfg_.inherited.find(k); it != cfg_.inherited.end()) {
+      base[k] = it->second;
+    }
+  }
+  struct Prepared {
+    std::string path;
+    std::optional<std::string> wdir;
+    Env env;
+  };
+  std::vector<Prepared> prepared;
+  for (const SpawnApp& a : req.apps) {
+    Prepared p;
+    p.env = base;
+    for (const std::string& kv : a.env)
+      if (size_t eq = kv.find('='); eq != std::string::npos && eq > 0) p.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    p.wdir = cfg_.wdir;
+    if (!a.cwd.empty()) {
+      p.wdir = a.cwd;
+    } else if (auto w = a.info.find(PMIX_WDIR); w != a.info.end()) {
+      p.wdir = w->second;
+    } else if (auto jw = req.info.find(PMIX_WDIR); jw != req.info.end()) {
+      p.wdir = jw->second;
+    }
+    auto path_it = p.env.find("PATH");
+    Resolved res = resolve_program(a.cmd, path_it != p.env.end() ? path_it->second : "/usr/local/bin:/usr/bin:/bin",
+                                   p.wdir);
+    if (res.status == 0) {
+      Resolved bad = check_interpreter(a.cmd, res.path, p.wdir);
+      if (bad.status != 0) res = bad;
+    }
+    if (res.status != 0) return refuse(PMIX_ERR_NOT_FOUND, res.message);
+    p.path = res.path;
+    prepared.push_back(std::move(p));
+  }
+
+  // The namespace, registered before its processes start.
+  int k = ++spawns_;
+  PmixJob job;
+  job.nspace = "accrun." + jobid_ + "." + std::to_string(k);
+  job.jobid = job.nspace;
+  job.size = total;
+  job.node = 0;
+  job.hostnames = {plan_.hosts[static_cast<size_t>(cfg_.host)].inventory.host};
+  job.ranks_by_node.assign(1, {});
+  for (int i = 0; i < total; ++i) job.ranks_by_node[0].push_back(i);
+  job.tmpdir = rendezvous_ + "/job";
+  job.nsdir = rendezvous_ + "/job";
+  pmix_proc_t parent_proc;
+  if (pmix_->proc_of(req.requester, &parent_proc)) job.parent = parent_proc;
+  auto base_id = pmix_->register_spawned(job);
+  if (!base_id) return refuse(PMIX_ERROR, base_id.status().message());
+
+  int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+  bool oversubscribed = plan_.oversubscribed;
+  if (!oversubscribed) {
+    long pus = sysconf(_SC_NPROCESSORS_ONLN);
+    oversubscribed = pus > 0 && static_cast<long>(local_ranks_.size()) + total > pus;
+  }
+  const std::string& here = plan_.hosts[static_cast<size_t>(cfg_.host)].inventory.host;
+  pid_t self = getpid();
+  int rank = 0;
+  for (size_t ai = 0; ai < req.apps.size(); ++ai) {
+    const SpawnApp& a = req.apps[ai];
+    Prepared& p = prepared[ai];
+    std::vector<std::string> args = a.argv.empty() ? std::vector<std::string>{a.cmd} : a.argv;
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    for (int i = 0; i < a.maxprocs; ++i, ++rank) {
+      int id = *base_id + rank;
+      ChildSpec c;
+      c.in_fd = devnull;
+      std::vector<int> close_after;
+      std::string prefix = cfg_.tag_output ? "[spawn" + std::to_string(k) + ":" + std::to_string(rank) + "] " : "";
+      bool piped = true;
+      for (int which = 0; which < 2; ++which) {
+        int fd = add_output_pipe(id, which == 0 ? OutKind::kStdout : OutKind::kStderr, prefix);
+        if (fd < 0) {
+          piped = false;
+          break;
+        }
+        (which == 0 ? c.out_fd : c.err_fd) = fd;
+        close_after.push_back(fd);
+        if (output_broken_[which]) close_stream(*streams_.back());
+        watch_stream(streams_.size() - 1);
+      }
+      Env e = p.env;
+      auto client = pmix_->client_env(id);
+      if (!piped || !client) {
+        for (int fd : close_after) close(fd);
+        if (devnull >= 0) close(devnull);
+        say(cfg_.err_fd, who + "'s MPI_Comm_spawn: cannot prepare spawned process " + std::to_string(rank) + ": " +
+                             (client ? std::string(std::strerror(errno)) : client.status().message()));
+        done(PMIX_ERROR, std::string());
+        return;
+      }
+      for (const auto& [key, v] : *client) e[key] = v;
+      add_launch_env(e, rank, jobid_, shm_dir_, oversubscribed, false);
+      e["ACCRUN_HOST"] = here;
+      for (const char* key : {"ACCRUN_RANK", "ACCRUN_LOCAL_RANK", "ACCRUN_NODE_RANK", "OMPI_COMM_WORLD_RANK",
+                              "OMPI_COMM_WORLD_LOCAL_RANK"})
+        e[key] = std::to_string(rank);
+      for (const char* key : {"ACCRUN_SIZE", "ACCRUN_LOCAL_SIZE", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"})
+        e[key] = std::to_string(total);
+      int spawner = parent != nullptr ? (parent->spawner >= 0 ? parent->spawner : parent->rank) : 0;
+      e["ACCRUN_SPAWNED_BY"] = std::to_string(spawner);
+      e["ACCRUN_NAMESPACE"] = job.nspace;
+      // The job's torch variables describe the job's ranks, not these.
+      for (const char* key : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "PMI_FD", "PMI_RANK", "PMI_SIZE",
+                              "PMI_JOBID"})
+        e.erase(key);
+      if (objects_) e[objects::kServerEnv] = objects_->addresses();
+      for (const auto& [key, v] : e) c.env_storage.push_back(key + "=" + v);
+      for (auto& str : c.env_storage) c.envp.push_back(str.data());
+      c.envp.push_back(nullptr);
+      ExecReport report;
+      pid_t pid = spawn_child(p.path.c_str(), argv.data(), c, p.wdir ? p.wdir->c_str() : nullptr, self, &report);
+      for (int fd : close_after) close(fd);
+      if (pid < 0) {
+        say(cfg_.err_fd, who + "'s MPI_Comm_spawn: cannot start spawned process " + std::to_string(rank) + ": " +
+                             std::strerror(errno));
+        if (devnull >= 0) close(devnull);
+        done(PMIX_ERROR, std::string());
+        return;
+      }
+      setpgid(pid, pid);
+      janitor_.watch_group(pid);
+      RankState& st = ranks_[id];
+      st.rank = id;
+      st.pid = pid;
+      st.running = true;
+      st.spawner = spawner;
+      st.label = "spawned process " + std::to_string(rank) + " of " + job.nspace + " (started by " + who + ")";
+      pid_rank_[pid] = id;
+      if (report.stage != 0) {
+        // Found before the start but gone since: reaped as a failure.
+        say(cfg_.err_fd, st.label + ": cannot execute " + p.path + ": " + std::strerror(report.err));
+      }
+      if (cfg_.report_bindings) say(cfg_.err_fd, st.label + " on host " + here + " not bound with no devices");
+    }
+  }
+  if (devnull >= 0) close(devnull);
+  log(LogLevel::kDebug, "spawned %d process(es) as %s for %s", total, job.nspace.c_str(), who.c_str());
+  done(PMIX_SUCCESS, job.nspace);
+}
+
 // quiet: the failure is a consequence of one already reported (a rank killed
 // by SIGPIPE after accrun's output went away): counted, not printed.
 void Daemon::record_failure(RankState& r, int status, const std::string& kind, const std::string& how, bool quiet) {
@@ -398,12 +639,13 @@ void Daemon::record_failure(RankState& r, int status, const std::string& kind, c
   if (terminating_) return;
   bool first = !exit_code_.has_value();
   if (!first && cfg_.on_failure == OnFailure::kKill) return;
-  std::string text = "rank " + std::to_string(r.rank) + " on host " + host_of(r.rank) + " " + how;
+  std::string text = name_of(r) + " on host " + host_of(r.rank) + " " + how;
   if (!quiet) say(cfg_.err_fd, text);
   if (first) exit_code_ = status;
   // Across hosts the controller decides for the whole job, and tells the
-  // other hosts' ranks of every failure.
-  up_->rank_failed(r.rank, status, kind, text);
+  // other hosts' ranks of every failure (a spawned process's counts as its
+  // spawner's).
+  up_->rank_failed(r.spawner >= 0 ? r.spawner : r.rank, status, kind, text);
   bool kill = cfg_.on_failure == OnFailure::kKill;
   if (kill) {
     policy_pending_ = true;
@@ -891,21 +1133,10 @@ int Daemon::setup_and_spawn() {
         prefix = plan_.hosts.size() > 1 ? "[" + host_of(r) + ":" + std::to_string(r) + "] "
                                         : "[" + std::to_string(r) + "] ";
       for (int which = 0; which < 2; ++which) {
-        int p[2];
-        if (pipe2(p, O_CLOEXEC) != 0) return fail_setup("pipe");
-        auto s = std::make_unique<OutStream>();
-        s->fd = p[0];
-        s->rank = r;
-        s->kind = which == 0 ? OutKind::kStdout : OutKind::kStderr;
-        Upstream* up = up_;
-        int stream = which + 1;
-        s->lines = std::make_unique<LineAssembler>(prefix, [up, stream](const char* d, size_t n) {
-          up->output(stream, d, n);
-          return true;
-        });
-        (which == 0 ? c.out_fd : c.err_fd) = p[1];
-        close_after_fork.push_back(p[1]);
-        streams_.push_back(std::move(s));
+        int fd = add_output_pipe(r, which == 0 ? OutKind::kStdout : OutKind::kStderr, prefix);
+        if (fd < 0) return fail_setup("pipe");
+        (which == 0 ? c.out_fd : c.err_fd) = fd;
+        close_after_fork.push_back(fd);
       }
     }
 
@@ -1096,9 +1327,20 @@ int Daemon::loop() {
     if (job_deadline_ && now >= *job_deadline_) {
       job_deadline_.reset();
       if (running_count() > 0 && !terminating_) {
-        auto still = running_ranks();
+        std::vector<int> still;
+        int spawned = 0;
+        for (int id : running_ranks()) {
+          if (is_spawned_id(id)) {
+            ++spawned;
+          } else {
+            still.push_back(id);
+          }
+        }
+        std::string which = still.empty() ? "" : "ranks still running: " + rank_ranges(still);
+        if (spawned > 0)
+          which += (which.empty() ? "still running: " : " and ") + std::to_string(spawned) + " spawned process(es)";
         say(cfg_.err_fd, "--timeout " + std::to_string(static_cast<int64_t>(std::ceil(cfg_.timeout_s))) +
-                             " s reached; ranks still running: " + rank_ranges(still) + "; terminating them");
+                             " s reached; " + which + "; terminating them");
         if (!exit_code_) exit_code_ = 124;
         policy_pending_ = false;
         terminate_all(SIGTERM);

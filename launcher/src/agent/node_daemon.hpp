@@ -134,6 +134,7 @@ struct RunConfig {
   Upstream* upstream = nullptr;         // the job controller: output, failures, fences, the directory go there (required)
   bool own_signals = true;              // acts on signals sent to its process (false: they come through upstream)
   std::string jobid;                    // the job's id (every host's agent uses the controller's); "" = a new one
+  int spawn_slots = -1;                 // processes MPI_Comm_spawn may start on this host at once (-1: no limit)
 };
 
 // A fresh job id: 12 hex digits from getrandom (the PMIx namespace is

@@ -165,9 +165,9 @@ class InfoList {
 pmix_status_t up_connected(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t cbfunc, void* cbdata) {
   PmixServer* s = g_active.load();
   if (s == nullptr) return PMIX_OPERATION_SUCCEEDED;
-  int rank = static_cast<int>(proc->rank);
-  s->queue()->push([s, rank, cbfunc, cbdata] {
-    s->events()->on_connected(rank);
+  pmix_proc_t p = *proc;
+  s->queue()->push([s, p, cbfunc, cbdata] {
+    if (int id = s->id_of(p); id >= 0) s->events()->on_connected(id);
     if (cbfunc) cbfunc(PMIX_SUCCESS, cbdata);
   });
   return PMIX_SUCCESS;
@@ -176,9 +176,9 @@ pmix_status_t up_connected(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t cbfu
 pmix_status_t up_finalized(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t cbfunc, void* cbdata) {
   PmixServer* s = g_active.load();
   if (s == nullptr) return PMIX_OPERATION_SUCCEEDED;
-  int rank = static_cast<int>(proc->rank);
-  s->queue()->push([s, rank, cbfunc, cbdata] {
-    s->events()->on_finalized(rank);
+  pmix_proc_t p = *proc;
+  s->queue()->push([s, p, cbfunc, cbdata] {
+    if (int id = s->id_of(p); id >= 0) s->events()->on_finalized(id);
     if (cbfunc) cbfunc(PMIX_SUCCESS, cbdata);
   });
   return PMIX_SUCCESS;
@@ -203,13 +203,13 @@ pmix_status_t up_abort(const pmix_proc_t* proc, void*, int status, const char ms
                        pmix_proc_t[], size_t, pmix_op_cbfunc_t cbfunc, void* cbdata) {
   PmixServer* s = g_active.load();
   if (s == nullptr) return PMIX_OPERATION_SUCCEEDED;
-  int rank = static_cast<int>(proc->rank);
+  pmix_proc_t p = *proc;
   // A rank's text reaches the user's terminal: control bytes (escape
   // sequences) are shown escaped, and the length is bounded.
   std::string message = printable(msg ? msg : "", 1024);
   // Whatever set of processes it names, an abort ends the job (mpirun's rule).
-  s->queue()->push([s, rank, status, message, cbfunc, cbdata] {
-    s->events()->on_abort(rank, status, message);
+  s->queue()->push([s, p, status, message, cbfunc, cbdata] {
+    if (int id = s->id_of(p); id >= 0) s->events()->on_abort(id, status, message);
     if (cbfunc) cbfunc(PMIX_SUCCESS, cbdata);
   });
   return PMIX_SUCCESS;
@@ -217,18 +217,8 @@ pmix_status_t up_abort(const pmix_proc_t* proc, void*, int status, const char ms
 
 void release_blob(void* cbdata) { delete static_cast<std::string*>(cbdata); }
 
-// "*" when the fence spans the whole namespace, else its ranks, sorted.
-std::string fence_signature(const pmix_proc_t procs[], size_t nprocs) {
-  std::vector<uint32_t> ranks;
-  for (size_t i = 0; i < nprocs; ++i) {
-    if (procs[i].rank == PMIX_RANK_WILDCARD) return "*";
-    ranks.push_back(procs[i].rank);
-  }
-  if (ranks.empty()) return "*";
-  std::sort(ranks.begin(), ranks.end());
-  std::string out;
-  for (uint32_t r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
-  return out;
+std::vector<pmix_proc_t> copy_procs(const pmix_proc_t procs[], size_t nprocs) {
+  return procs != nullptr ? std::vector<pmix_proc_t>(procs, procs + nprocs) : std::vector<pmix_proc_t>();
 }
 
 pmix_status_t up_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t[], size_t, char* data,
@@ -237,8 +227,9 @@ pmix_status_t up_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info
   if (s == nullptr) return PMIX_ERR_NOT_SUPPORTED;
   // The library owns `data` only until we return: copy it.
   auto blob = std::make_shared<std::string>(data ? std::string(data, ndata) : std::string());
-  std::string signature = fence_signature(procs, nprocs);
-  s->queue()->push([s, blob, signature, cbfunc, cbdata] {
+  auto members = copy_procs(procs, nprocs);
+  s->queue()->push([s, blob, members, cbfunc, cbdata] {
+    std::string signature = s->signature_of(members);
     auto complete = [cbfunc, cbdata](bool ok, std::string all) {
       log(LogLevel::kDebug, "fence: completing with %zu bytes", all.size());
       auto* owned = new std::string(std::move(all));
@@ -253,6 +244,82 @@ pmix_status_t up_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info
   return PMIX_SUCCESS;
 }
 
+// PMIx_Connect and PMIx_Disconnect: a collective of every process named,
+// without data, taking the fences' route; the library completes it for
+// its clients (and hands each the other namespaces' job data).
+pmix_status_t route_collective(const char* kind, const pmix_proc_t procs[], size_t nprocs, pmix_op_cbfunc_t cbfunc,
+                               void* cbdata) {
+  PmixServer* s = g_active.load();
+  if (s == nullptr) return PMIX_ERR_NOT_SUPPORTED;
+  auto members = copy_procs(procs, nprocs);
+  std::string prefix = kind;
+  s->queue()->push([s, members, prefix, cbfunc, cbdata] {
+    std::string signature = prefix + s->signature_of(members);
+    auto complete = [cbfunc, cbdata](bool ok, std::string) {
+      if (cbfunc) cbfunc(ok ? PMIX_SUCCESS : PMIX_ERROR, cbdata);
+    };
+    if (s->fence_router()) {
+      s->fence_router()(signature, std::string(), complete);
+    } else {
+      complete(false, std::string());
+    }
+  });
+  return PMIX_SUCCESS;
+}
+
+pmix_status_t up_connect(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t[], size_t,
+                         pmix_op_cbfunc_t cbfunc, void* cbdata) {
+  return route_collective("connect:", procs, nprocs, cbfunc, cbdata);
+}
+
+pmix_status_t up_disconnect(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t[], size_t,
+                            pmix_op_cbfunc_t cbfunc, void* cbdata) {
+  return route_collective("disconnect:", procs, nprocs, cbfunc, cbdata);
+}
+
+std::map<std::string, std::string> string_infos(const pmix_info_t info[], size_t ninfo) {
+  std::map<std::string, std::string> out;
+  for (size_t i = 0; info != nullptr && i < ninfo; ++i)
+    if (info[i].value.type == PMIX_STRING && info[i].value.data.string != nullptr)
+      out[info[i].key] = info[i].value.data.string;
+  return out;
+}
+
+std::vector<std::string> string_array(char** a) {
+  std::vector<std::string> out;
+  for (size_t i = 0; a != nullptr && a[i] != nullptr; ++i) out.emplace_back(a[i]);
+  return out;
+}
+
+// PMIx_Spawn (MPI_Comm_spawn): the request is copied for the event loop,
+// whose answer (a new namespace, or why not) goes back to the library.
+pmix_status_t up_spawn(const pmix_proc_t* proc, const pmix_info_t job_info[], size_t ninfo, const pmix_app_t apps[],
+                       size_t napps, pmix_spawn_cbfunc_t cbfunc, void* cbdata) {
+  PmixServer* s = g_active.load();
+  if (s == nullptr || proc == nullptr) return PMIX_ERR_NOT_SUPPORTED;
+  SpawnRequest req;
+  req.info = string_infos(job_info, ninfo);
+  for (size_t i = 0; apps != nullptr && i < napps; ++i) {
+    SpawnApp a;
+    a.cmd = apps[i].cmd != nullptr ? apps[i].cmd : "";
+    a.argv = string_array(apps[i].argv);
+    a.env = string_array(apps[i].env);
+    a.cwd = apps[i].cwd != nullptr ? apps[i].cwd : "";
+    a.maxprocs = apps[i].maxprocs;
+    a.info = string_infos(apps[i].info, apps[i].ninfo);
+    req.apps.push_back(std::move(a));
+  }
+  pmix_proc_t p = *proc;
+  s->queue()->push([s, p, req = std::move(req), cbfunc, cbdata]() mutable {
+    req.requester = s->id_of(p);
+    s->events()->on_spawn(std::move(req), [cbfunc, cbdata](int status, std::string nspace) {
+      // The library copies the name before this returns.
+      if (cbfunc) cbfunc(status, nspace.empty() ? nullptr : nspace.data(), cbdata);
+    });
+  });
+  return PMIX_SUCCESS;
+}
+
 // The library asks for the data of a rank on another host (a PMIx_Get
 // that no fence carried): the owning host's agent is asked through the
 // controller.
@@ -260,9 +327,14 @@ pmix_status_t up_direct_modex(const pmix_proc_t* proc, const pmix_info_t[], size
                               void* cbdata) {
   PmixServer* s = g_active.load();
   if (s == nullptr || !s->modex_router() || proc == nullptr) return PMIX_ERR_NOT_FOUND;
-  int rank = static_cast<int>(proc->rank);
-  s->queue()->push([s, rank, cbfunc, cbdata] {
-    s->modex_router()(rank, [cbfunc, cbdata](int status, std::string blob) {
+  pmix_proc_t p = *proc;
+  s->queue()->push([s, p, cbfunc, cbdata] {
+    int id = s->id_of(p);
+    if (id < 0) {
+      cbfunc(PMIX_ERR_NOT_FOUND, nullptr, 0, cbdata, nullptr, nullptr);
+      return;
+    }
+    s->modex_router()(id, [cbfunc, cbdata](int status, std::string blob) {
       auto* owned = new std::string(std::move(blob));
       cbfunc(status, owned->data(), owned->size(), cbdata, release_blob, owned);
     });
@@ -298,9 +370,9 @@ pmix_status_t up_publish(const pmix_proc_t* proc, const pmix_info_t info[], size
     if (!v) return PMIX_ERR_NOMEM;
     values.emplace_back(info[i].key, std::move(v));
   }
-  int rank = static_cast<int>(proc->rank);
-  s->queue()->push([s, rank, values = std::move(values), cbfunc, cbdata]() mutable {
-    s->do_publish(rank, std::move(values), [cbfunc, cbdata](int rc) {
+  pmix_proc_t p = *proc;
+  s->queue()->push([s, p, values = std::move(values), cbfunc, cbdata]() mutable {
+    s->do_publish(s->id_of(p), std::move(values), [cbfunc, cbdata](int rc) {
       if (cbfunc) cbfunc(rc, cbdata);
     });
   });
@@ -310,7 +382,7 @@ pmix_status_t up_publish(const pmix_proc_t* proc, const pmix_info_t info[], size
 }  // namespace
 
 struct PmixServer::PendingLookup {
-  int rank = 0;
+  pmix_proc_t proc{};
   std::vector<std::string> keys;
   bool wait = false;
   size_t wait_count = 0;  // 0: every key
@@ -327,7 +399,7 @@ pmix_status_t up_lookup(const pmix_proc_t* proc, char** keys, const pmix_info_t 
   PmixServer* s = g_active.load();
   if (s == nullptr) return PMIX_ERR_NOT_SUPPORTED;
   auto lookup = std::make_shared<PmixServer::PendingLookup>();
-  lookup->rank = static_cast<int>(proc->rank);
+  lookup->proc = *proc;
   for (size_t i = 0; keys != nullptr && keys[i] != nullptr; ++i) lookup->keys.emplace_back(keys[i]);
   for (size_t i = 0; i < ninfo; ++i) {
     const pmix_value_t& v = info[i].value;
@@ -361,9 +433,9 @@ pmix_status_t up_unpublish(const pmix_proc_t* proc, char** keys, const pmix_info
   if (s == nullptr) return PMIX_ERR_NOT_SUPPORTED;
   std::vector<std::string> names;
   for (size_t i = 0; keys != nullptr && keys[i] != nullptr; ++i) names.emplace_back(keys[i]);
-  int rank = static_cast<int>(proc->rank);
-  s->queue()->push([s, rank, names = std::move(names), cbfunc, cbdata]() mutable {
-    s->do_unpublish(rank, std::move(names), [cbfunc, cbdata](int rc) {
+  pmix_proc_t p = *proc;
+  s->queue()->push([s, p, names = std::move(names), cbfunc, cbdata]() mutable {
+    s->do_unpublish(s->id_of(p), std::move(names), [cbfunc, cbdata](int rc) {
       if (cbfunc) cbfunc(rc, cbdata);
     });
   });
@@ -381,6 +453,9 @@ pmix_server_module_t make_module() {
   m.publish = up_publish;
   m.lookup = up_lookup;
   m.unpublish = up_unpublish;
+  m.connect = up_connect;
+  m.disconnect = up_disconnect;
+  m.spawn = up_spawn;
   return m;
 }
 
@@ -458,6 +533,11 @@ PmixServer::~PmixServer() {
     return;
   }
   auto t0 = std::chrono::steady_clock::now();
+  for (const Spawned& sp : spawned_) {
+    OpSync sync;
+    PMIx_server_deregister_nspace(sp.nspace.c_str(), OpSync::callback, &sync);
+    sync.wait();
+  }
   if (!nspace_.empty()) {
     OpSync sync;
     PMIx_server_deregister_nspace(nspace_.c_str(), OpSync::callback, &sync);
@@ -474,8 +554,84 @@ PmixServer::~PmixServer() {
   queue_->clear();
 }
 
+int PmixServer::id_of(const pmix_proc_t& proc) const {
+  if (PMIX_CHECK_NSPACE(proc.nspace, nspace_.c_str())) return static_cast<int>(proc.rank);
+  for (const Spawned& sp : spawned_)
+    if (PMIX_CHECK_NSPACE(proc.nspace, sp.nspace.c_str()) && proc.rank < static_cast<pmix_rank_t>(sp.size))
+      return sp.base + static_cast<int>(proc.rank);
+  return -1;
+}
+
+bool PmixServer::proc_of(int id, pmix_proc_t* out) const {
+  if (!is_spawned_id(id)) {
+    if (id < 0) return false;
+    PMIX_LOAD_PROCID(out, nspace_.c_str(), static_cast<pmix_rank_t>(id));
+    return true;
+  }
+  for (const Spawned& sp : spawned_) {
+    if (id >= sp.base && id < sp.base + sp.size) {
+      PMIX_LOAD_PROCID(out, sp.nspace.c_str(), static_cast<pmix_rank_t>(id - sp.base));
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string PmixServer::signature_of(const std::vector<pmix_proc_t>& procs) const {
+  // Within the job's own namespace: "*" for all of it, else its ranks.
+  bool own_only = true;
+  for (const pmix_proc_t& p : procs) own_only &= PMIX_CHECK_NSPACE(p.nspace, nspace_.c_str());
+  std::vector<int> ids;
+  for (const pmix_proc_t& p : procs) {
+    if (p.rank == PMIX_RANK_WILDCARD) {
+      if (own_only) return "*";
+      int base = -1, size = 0;
+      if (PMIX_CHECK_NSPACE(p.nspace, nspace_.c_str())) {
+        base = 0;
+        size = size_;
+      }
+      for (const Spawned& sp : spawned_)
+        if (PMIX_CHECK_NSPACE(p.nspace, sp.nspace.c_str())) {
+          base = sp.base;
+          size = sp.size;
+        }
+      for (int i = 0; base >= 0 && i < size; ++i) ids.push_back(base + i);
+      continue;
+    }
+    if (int id = id_of(p); id >= 0) ids.push_back(id);
+  }
+  if (ids.empty()) return "*";
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::string out;
+  for (int id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
+  return out;
+}
+
 Status PmixServer::register_job(const PmixJob& job) {
   nspace_ = job.nspace;
+  size_ = job.size;
+  Status s = register_nspace(job, job.ranks_by_node[job.node]);
+  if (!s) nspace_.clear();
+  return s;
+}
+
+Result<int> PmixServer::register_spawned(const PmixJob& job) {
+  int base = next_id_;
+  if (job.size <= 0 || base > INT32_MAX - job.size) return invalid_usage("no ids left for spawned processes");
+  // Known before the clients are, so that their first upcalls find it.
+  spawned_.push_back(Spawned{job.nspace, base, job.size});
+  std::vector<int> local;
+  for (int r : job.ranks_by_node[job.node]) local.push_back(r);
+  if (Status s = register_nspace(job, local); !s) {
+    spawned_.pop_back();
+    return s;
+  }
+  next_id_ += job.size;
+  return base;
+}
+
+Status PmixServer::register_nspace(const PmixJob& job, const std::vector<int>& mine) {
   InfoList list;
   list.add_string(PMIX_JOBID, job.jobid);
   list.add_u32(PMIX_UNIV_SIZE, job.size);
@@ -506,6 +662,10 @@ Status PmixServer::register_job(const PmixJob& job) {
   list.add_u32(PMIX_APPNUM, 0);
   list.add_u32(PMIX_APP_SIZE, job.size);
   list.add_rank(PMIX_APPLDR, 0);
+  if (job.parent) {
+    list.add(PMIX_PARENT_ID, &*job.parent, PMIX_PROC);
+    list.add_bool(PMIX_SPAWNED, true);
+  }
 
   std::vector<int> node_of(job.size, 0);
   for (size_t n = 0; n < job.ranks_by_node.size(); ++n) {
@@ -566,10 +726,7 @@ Status PmixServer::register_job(const PmixJob& job) {
                                    arr.size, OpSync::callback, &sync);
   if (rc == PMIX_SUCCESS) rc = sync.wait();
   PMIX_DATA_ARRAY_DESTRUCT(&arr);
-  if (rc != PMIX_SUCCESS && rc != PMIX_OPERATION_SUCCEEDED) {
-    nspace_.clear();
-    return pmix_error("PMIx_server_register_nspace", rc);
-  }
+  if (rc != PMIX_SUCCESS && rc != PMIX_OPERATION_SUCCEEDED) return pmix_error("PMIx_server_register_nspace", rc);
   // All clients at once, one wait: a round trip to the library's thread per
   // client would cost ~0.3 ms each.
   struct Counter {
@@ -585,7 +742,6 @@ Status PmixServer::register_job(const PmixJob& job) {
       if (--c->left == 0) c->cv.notify_all();
     }
   } counter;
-  const auto& mine = job.ranks_by_node[job.node];
   counter.left = mine.size();
   for (int r : mine) {
     pmix_proc_t p;
@@ -603,7 +759,7 @@ Status PmixServer::register_job(const PmixJob& job) {
 
 Result<Env> PmixServer::client_env(int rank) {
   pmix_proc_t p;
-  PMIX_LOAD_PROCID(&p, nspace_.c_str(), static_cast<pmix_rank_t>(rank));
+  if (!proc_of(rank, &p)) return invalid_usage("no PMIx process has id " + std::to_string(rank));
   char** env = nullptr;
   pmix_status_t rc = PMIx_server_setup_fork(&p, &env);
   Env out;
@@ -641,7 +797,7 @@ void PmixServer::notify_failure(int rank, int exit_code, const std::string& kind
   ctx->done = std::move(done);
   PMIX_INFO_CREATE(ctx->info, ctx->ninfo);
   pmix_proc_t failed;
-  PMIX_LOAD_PROCID(&failed, nspace_.c_str(), static_cast<pmix_rank_t>(rank));
+  if (!proc_of(rank, &failed)) PMIX_LOAD_PROCID(&failed, nspace_.c_str(), static_cast<pmix_rank_t>(rank));
   PMIX_INFO_LOAD(&ctx->info[0], PMIX_EVENT_AFFECTED_PROC, &failed, PMIX_PROC);
   PMIX_INFO_LOAD(&ctx->info[1], PMIX_EXIT_CODE, &exit_code, PMIX_INT);
   PMIX_INFO_LOAD(&ctx->info[2], PMIX_HOSTNAME, host.c_str(), PMIX_STRING);
@@ -702,6 +858,10 @@ bool unpack_value(const std::string& packed, pmix_value_t* out) {
 
 void PmixServer::do_publish(int rank, std::vector<std::pair<std::string, std::shared_ptr<pmix_value_t>>> values,
                             std::function<void(int)> reply) {
+  if (rank < 0) {
+    reply(PMIX_ERR_NOT_FOUND);
+    return;
+  }
   if (directory_router_ != nullptr) {
     std::vector<std::pair<std::string, std::string>> packed;
     for (const auto& [key, v] : values) {
@@ -723,15 +883,15 @@ void PmixServer::do_lookup(std::shared_ptr<PendingLookup> lookup) {
     double timeout_s = 0;
     if (lookup->deadline)
       timeout_s = std::chrono::duration<double>(*lookup->deadline - std::chrono::steady_clock::now()).count();
-    std::string nspace = nspace_;
     directory_router_->lookup(
-        lookup->rank, lookup->keys, lookup->wait, lookup->wait_count, timeout_s,
-        [lookup, nspace](int status, std::vector<Found> found) {
+        id_of(lookup->proc), lookup->keys, lookup->wait, lookup->wait_count, timeout_s,
+        [this, lookup](int status, std::vector<Found> found) {
           pmix_pdata_t* pd = nullptr;
           size_t n = 0;
           if (!found.empty()) PMIX_PDATA_CREATE(pd, found.size());
           for (const auto& f : found) {
-            PMIX_LOAD_PROCID(&pd[n].proc, nspace.c_str(), static_cast<pmix_rank_t>(f.rank));
+            if (!proc_of(f.rank, &pd[n].proc))
+              PMIX_LOAD_PROCID(&pd[n].proc, nspace_.c_str(), static_cast<pmix_rank_t>(f.rank));
             PMIX_LOAD_KEY(pd[n].key, f.key.c_str());
             if (unpack_value(f.packed, &pd[n].value)) ++n;
           }
@@ -747,6 +907,10 @@ void PmixServer::do_lookup(std::shared_ptr<PendingLookup> lookup) {
 }
 
 void PmixServer::do_unpublish(int rank, std::vector<std::string> keys, std::function<void(int)> reply) {
+  if (rank < 0) {
+    reply(PMIX_ERR_NOT_FOUND);
+    return;
+  }
   if (directory_router_ != nullptr) {
     directory_router_->unpublish(rank, std::move(keys), std::move(reply));
     return;
@@ -756,7 +920,7 @@ void PmixServer::do_unpublish(int rank, std::vector<std::string> keys, std::func
 
 void PmixServer::local_modex(int rank, ModexDone done) {
   pmix_proc_t p;
-  PMIX_LOAD_PROCID(&p, nspace_.c_str(), static_cast<pmix_rank_t>(rank));
+  if (!proc_of(rank, &p)) return done(PMIX_ERR_NOT_FOUND, std::string());
   auto* req = new ModexRequest{this, std::move(done)};
   pmix_status_t rc = PMIx_server_dmodex_request(&p, local_modex_done, req);
   if (rc != PMIX_SUCCESS) {

@@ -50,13 +50,41 @@ class UpcallQueue {
   std::deque<std::function<void()>> q_;
 };
 
-// What the event loop learns from the PMIx library about its clients.
+// A process's id on this host's PMIx server: the job's ranks are their
+// rank; a process a rank started with PMIx_Spawn (MPI_Comm_spawn) has an id
+// from kSpawnedIdBase up, one per process of every spawned namespace.
+inline constexpr int kSpawnedIdBase = 1 << 30;
+inline bool is_spawned_id(int id) { return id >= kSpawnedIdBase; }
+
+// One application of a PMIx_Spawn request (pmix_app_t, copied).
+struct SpawnApp {
+  std::string cmd;
+  std::vector<std::string> argv;  // argv[0] included when the caller gave it
+  std::vector<std::string> env;   // "NAME=value"
+  std::string cwd;
+  int maxprocs = 1;
+  std::map<std::string, std::string> info;  // string-valued directives (PMIX_WDIR, PMIX_HOST, ...)
+};
+struct SpawnRequest {
+  int requester = 0;  // id of the process that asked
+  std::vector<SpawnApp> apps;
+  std::map<std::string, std::string> info;  // string-valued job directives
+};
+
+// What the event loop learns from the PMIx library about its clients (by id).
 class ClientEvents {
  public:
   virtual ~ClientEvents() = default;
-  virtual void on_connected(int rank) = 0;
-  virtual void on_finalized(int rank) = 0;
-  virtual void on_abort(int rank, int status, const std::string& message) = 0;
+  virtual void on_connected(int id) = 0;
+  virtual void on_finalized(int id) = 0;
+  virtual void on_abort(int id, int status, const std::string& message) = 0;
+  // A client asked to start new processes (PMIx_Spawn); `done` gets the
+  // PMIx status and, on success, the new namespace, once its processes
+  // run.  Default: refused.
+  virtual void on_spawn(SpawnRequest request, std::function<void(int status, std::string nspace)> done) {
+    (void)request;
+    done(PMIX_ERR_NOT_SUPPORTED, std::string());
+  }
 };
 
 // One host's view of a job, as PMIx registers it.
@@ -71,6 +99,7 @@ struct PmixJob {
   std::string tmpdir;                   // job temp dir (PMIX_TMPDIR)
   std::string nsdir;                    // PMIX_NSDIR
   std::string bind_to = "none";
+  std::optional<pmix_proc_t> parent;   // a spawned job: the process that spawned it (PMIX_PARENT_ID)
 };
 
 // The PMIx server and the job's name directory.  One per process (the PMIx
@@ -90,8 +119,20 @@ class PmixServer {
   // Registers the namespace (full job/node/app/proc key set) and this
   // host's clients.  Blocks until the library has stored it.
   Status register_job(const PmixJob& job);
-  // The PMIx client variables for one local rank (PMIx_server_setup_fork).
-  Result<Env> client_env(int rank);
+  // Registers a namespace of processes a rank spawned (all on this host);
+  // returns the id of its rank 0 (the others follow).
+  Result<int> register_spawned(const PmixJob& job);
+  // The PMIx client variables for one local process (PMIx_server_setup_fork).
+  Result<Env> client_env(int id);
+
+  // The id of a process of a namespace this server knows; -1 otherwise.
+  int id_of(const pmix_proc_t& proc) const;
+  // The process behind an id (false: none).
+  bool proc_of(int id, pmix_proc_t* out) const;
+  const std::string& nspace() const { return nspace_; }
+  // A collective's signature: "*" for the job's whole namespace, else the
+  // ids of its members, ascending and comma-separated.
+  std::string signature_of(const std::vector<pmix_proc_t>& procs) const;
 
   // Tells every surviving rank that `rank` failed (accrun(7), "Failure
   // events"); `done` runs on the event loop once the library took it.
@@ -149,7 +190,16 @@ class PmixServer {
   bool initialized_ = false;
   void* topology_ = nullptr;            // hwloc_topology_t, alive until after finalize
   pmix_topology_t pmix_topology_{};
+  Status register_nspace(const PmixJob& job, const std::vector<int>& local);
   std::string nspace_;
+  int size_ = 0;
+  struct Spawned {
+    std::string nspace;
+    int base = 0;  // id of its rank 0
+    int size = 0;
+  };
+  std::vector<Spawned> spawned_;  // in order of their ids
+  int next_id_ = kSpawnedIdBase;
   FenceRouter fence_router_;
   ModexRouter modex_router_;
   DirectoryRouter* directory_router_ = nullptr;

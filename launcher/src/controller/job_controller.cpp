@@ -397,6 +397,14 @@ int Controller::launch() {
       done_[a] = true;
       continue;
     }
+    // MPI_Comm_spawn may use the host's slots the plan left free (any
+    // number without a slot count, or with --oversubscribe).
+    cfg.spawn_slots = -1;
+    if (const auto& slots = plan_.hosts[static_cast<size_t>(h)].slots; slots && !options_.oversubscribe) {
+      int used = 0;
+      for (const auto& r : plan_.ranks) used += r.host == h ? 1 : 0;
+      cfg.spawn_slots = std::max(*slots - used, 0);
+    }
     if (!agents_->send(static_cast<int>(a), msg::kLaunch, msg::encode_launch(h, plan_, cfg))) {
       on_lost(static_cast<int>(a), "cannot send it its ranks");
     }
@@ -412,18 +420,22 @@ int Controller::launch() {
 
 std::set<int> Controller::participants(const std::string& signature) const {
   std::set<int> out;
-  // PMI fences ("pmi:*", launcher/src/pmi/) span the job as PMIx's "*" does;
-  // their own signature keeps the two protocols' rounds apart.
-  if (signature == "*" || signature == "pmi:*") {
+  // A kind before the ranks ("pmi:" for PMI fences, launcher/src/pmi/;
+  // "connect:" and "disconnect:" for PMIx_Connect/Disconnect) keeps their
+  // rounds apart from PMIx fences; "*" spans the job.
+  std::string_view ranks = signature;
+  if (size_t colon = ranks.find(':'); colon != std::string_view::npos) ranks.remove_prefix(colon + 1);
+  if (ranks == "*") {
     for (size_t a = 0; a < host_of_agent_.size(); ++a)
       if (host_of_agent_[a] >= 0) out.insert(static_cast<int>(a));
     return out;
   }
+  std::string list(ranks);
   size_t pos = 0;
-  while (pos < signature.size()) {
-    size_t comma = signature.find(',', pos);
-    if (comma == std::string::npos) comma = signature.size();
-    long r = std::strtol(signature.c_str() + pos, nullptr, 10);
+  while (pos < list.size()) {
+    size_t comma = list.find(',', pos);
+    if (comma == std::string::npos) comma = list.size();
+    long r = std::strtol(list.c_str() + pos, nullptr, 10);
     if (r >= 0 && static_cast<size_t>(r) < plan_.ranks.size())
       out.insert(agent_of_host_[static_cast<size_t>(plan_.ranks[static_cast<size_t>(r)].host)]);
     pos = comma + 1;

@@ -41,6 +41,7 @@ std::string encode_launch(int host, const Plan& plan, const RunConfig& config) {
     w.str(value.value_or(""));
   }
   w.u8(static_cast<uint8_t>(config.mpi));
+  w.i32(config.spawn_slots);
   return w.take();
 }
 
@@ -122,6 +123,8 @@ Result<Launch> decode_launch(std::string_view payload) {
   ACCRUN_READ(mode, r.u8("launch: mpi"));
   if (mode > static_cast<uint8_t>(MpiMode::kPmi)) return invalid_argument("launch: bad mpi mode");
   c.mpi = static_cast<MpiMode>(mode);
+  ACCRUN_READ(c.spawn_slots, r.i32("launch: spawn slots"));
+  if (c.spawn_slots < -1) return invalid_argument("launch: bad spawn slots");
 #undef ACCRUN_READ
   if (Status s = r.expect_end("launch"); !s) return s;
   c.host = l.host;

@@ -455,6 +455,84 @@ TEST(Launcher, MpiAbortCodeIsTheExitStatus) {
 }
 #endif
 
+#ifdef MPI_SPAWN_EXE
+// A token on the spawn test program's command line (passed on to what it
+// spawns), unique to one test, and how many processes carry it now.
+std::string spawn_token(const char* test) { return std::string("token-") + test + "-" + std::to_string(getpid()); }
+int spawn_programs_running(const std::string& token) {
+  std::string cmd = "pgrep -c -f -- '" + token + "$' 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  int n = 0;
+  if (p != nullptr) {
+    if (std::fscanf(p, "%d", &n) != 1) n = 0;
+    pclose(p);
+  }
+  return n;
+}
+
+TEST(Launcher, MpiCommSpawnTalksOverTheIntercommunicator) {
+  std::string token = spawn_token("MpiCommSpawnTalksOverTheIntercommunicator");
+  RunResult r = run({"-n", "2", "--tag-output", MPI_SPAWN_EXE, "2", "talk", token});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  auto lines = lines_of(r.out);
+  ASSERT_EQ(lines.size(), 4u) << r.out << r.err;
+  std::set<std::string> got(lines.begin(), lines.end());
+  // Parents: 2 children, rank 0 sent 7 and 14 and got them back plus one;
+  // the merged communicator holds 4, whose values sum to 100+101+200+201.
+  EXPECT_EQ(got.count("[0] parent rank=0 size=2 remote=2 sum=23 merged=4 total=602"), 1u) << r.out;
+  EXPECT_EQ(got.count("[1] parent rank=1 size=2 remote=2 sum=0 merged=4 total=602"), 1u) << r.out;
+  std::string job = first_match(r.out, "job=([0-9a-f]+)");
+  ASSERT_FALSE(job.empty()) << r.out;
+  // Spawned processes have their own namespace and environment contract.
+  for (int c = 0; c < 2; ++c) {
+    std::string want = "[spawn1:" + std::to_string(c) + "] child rank=" + std::to_string(c) +
+                       " size=2 got=" + std::to_string(7 * (c + 1)) + " total=602 env=" + std::to_string(c) +
+                       ",2,0,accrun." + job + ".1 job=" + job;
+    EXPECT_EQ(got.count(want), 1u) << want << "\n" << r.out;
+  }
+  expect_no_job_dirs(job);
+  EXPECT_EQ(spawn_programs_running(token), 0);
+}
+
+TEST(Launcher, MpiCommSpawnBeyondTheHostsSlotsIsRefused) {
+  std::string token = spawn_token("MpiCommSpawnBeyondTheHostsSlotsIsRefused");
+  std::string hostfile = tmpdir() + "/accrun-spawn-hostfile-" + std::to_string(getpid());
+  std::ofstream(hostfile) << "localhost slots=3\n";
+  RunResult r = run({"--hostfile", hostfile, "-n", "2", MPI_SPAWN_EXE, "2", "talk", token});
+  EXPECT_NE(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("rank 0's MPI_Comm_spawn (PMIx_Spawn) of 2 process(es) was refused: host localhost has 1 "
+                       "slot(s) left"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--oversubscribe"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("child"), std::string::npos) << r.out;
+  // The same job with --oversubscribe spawns.
+  RunResult ok = run({"--hostfile", hostfile, "--oversubscribe", "-n", "2", MPI_SPAWN_EXE, "2", "talk", token});
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  EXPECT_EQ(lines_of(ok.out).size(), 4u) << ok.out;
+  unlink(hostfile.c_str());
+  EXPECT_EQ(spawn_programs_running(token), 0);
+}
+
+TEST(Launcher, MpiCommSpawnOfAMissingProgramSaysSo) {
+  std::string token = spawn_token("MpiCommSpawnOfAMissingProgramSaysSo");
+  RunResult r = run({"-n", "1", MPI_SPAWN_EXE, "1", "missing", token});
+  EXPECT_NE(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("was refused: 'accrun-no-such-program'"), std::string::npos) << r.err;
+  EXPECT_EQ(spawn_programs_running(token), 0);
+}
+
+TEST(Launcher, AFailingSpawnedProcessEndsTheJob) {
+  std::string token = spawn_token("AFailingSpawnedProcessEndsTheJob");
+  auto t0 = Clock::now();
+  RunResult r = run({"-n", "2", MPI_SPAWN_EXE, "2", "child-fails", token});
+  EXPECT_EQ(r.status, 5) << r.out << r.err;
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(15));
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("spawned process 1 of accrun\\.[0-9a-f]+\\.1 \\(started by rank 0\\) "
+                                                  "on host \\S+ exited with status 5")))
+      << r.err;
+  EXPECT_EQ(spawn_programs_running(token), 0);
+}
+#endif
+
 TEST(Launcher, Mpi4pyOneLiner) {
   if (system("/usr/bin/python3 -c 'import mpi4py' >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "python3-mpi4py is not importable by /usr/bin/python3";

@@ -5,7 +5,7 @@
 # GPUs, output integrity; and every way a job ends — a rank failing on a
 # remote host, Ctrl-C, kill -9 of the controller, kill -9 of an agent, a
 # host's link going down — within 5 s with nothing left on any host.
-# usage: launch.sh SOURCE_DIR ACCRUN MPI_HELLO FLOOD PMIX_CLIENT BACKENDS_AUTO
+# usage: launch.sh SOURCE_DIR ACCRUN MPI_HELLO FLOOD PMIX_CLIENT BACKENDS_AUTO MPI_SPAWN
 set -uo pipefail
 src=$1
 accrun=$2
@@ -13,6 +13,7 @@ mpi_hello=$3
 flood=$4
 pmix_client=$5
 backends_auto=$6
+mpi_spawn=$7
 . "$src/tests/testbed/env.sh" || exit $?
 . "$(dirname "$0")/lib.sh"
 hosts=$ACCRUN_TESTBED_HOSTFILE
@@ -54,6 +55,14 @@ n=$(grep -c "^OK dmodex" <<<"$out")
 out=$("$accrun" -n 4 -H h1:2,h2:2 --launch-agent "$agent" "${mpi_env[@]}" "$backends_auto" mpi 2>&1)
 n=$(grep -c "auto_backend: PASS" <<<"$out")
 [ "$n" = 4 ] && ok "a named MPI group across 2 hosts" || bad "named MPI group across hosts" "$out"
+
+# 3c. MPI_Comm_spawn in a job across hosts is refused with one line (spawning
+# is served for one-host jobs), and the job ends with nothing left.
+out=$("$accrun" -n 2 -H h1:1,h2:1 --launch-agent "$agent" "${mpi_env[@]}" "$mpi_spawn" 2 talk 2>&1)
+rc=$?
+[ "$rc" != 0 ] && grep -q "rank 0's MPI_Comm_spawn (PMIx_Spawn) of 2 process(es) was refused: spawning is served for jobs on one host; this job spans 2 hosts" <<<"$out" \
+  && ok "MPI_Comm_spawn across hosts is refused, named (exit $rc)" || bad "MPI_Comm_spawn across hosts (exit $rc)" "$out"
+nothing_left "the refused spawn" "$mpi_spawn"
 
 # 4. mpi4py across 2 hosts.
 py=/usr/bin/python3
