@@ -1047,6 +1047,15 @@ int Daemon::setup_and_spawn() {
   job.nspace = "accrun." + jobid_;
   job.jobid = job.nspace;
   job.size = static_cast<int>(plan_.ranks.size());
+  // MPI_UNIVERSE_SIZE: the ranks and what MPI_Comm_spawn may add, as
+  // mpirun counts it: the slots the ranks left free, else (one host, no
+  // slot count) the host's processing units.
+  job.universe = job.size;
+  if (cfg_.spawn_slots >= 0) {
+    job.universe = job.size + cfg_.spawn_slots;
+  } else if (plan_.hosts.size() == 1) {
+    job.universe = std::max(job.size, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  }
   job.node = cfg_.host;
   job.tmpdir = rendezvous_ + "/job";
   job.nsdir = rendezvous_ + "/job";

@@ -634,7 +634,7 @@ Result<int> PmixServer::register_spawned(const PmixJob& job) {
 Status PmixServer::register_nspace(const PmixJob& job, const std::vector<int>& mine) {
   InfoList list;
   list.add_string(PMIX_JOBID, job.jobid);
-  list.add_u32(PMIX_UNIV_SIZE, job.size);
+  list.add_u32(PMIX_UNIV_SIZE, static_cast<uint32_t>(std::max(job.universe, job.size)));
   list.add_u32(PMIX_JOB_SIZE, job.size);
   list.add_u32(PMIX_MAX_PROCS, job.size);
   list.add_u32(PMIX_NUM_NODES, static_cast<uint32_t>(job.hostnames.size()));

@@ -95,6 +95,7 @@ struct PmixJob {
   std::vector<std::vector<int>> ranks_by_node;  // global ranks on each node, ascending
   int node = 0;                         // this host's node id
   int size = 0;
+  int universe = 0;                     // PMIX_UNIV_SIZE (MPI_UNIVERSE_SIZE): at least `size`
   std::vector<std::string> cpus;        // per global rank: hwloc list, "" unbound
   std::string tmpdir;                   // job temp dir (PMIX_TMPDIR)
   std::string nsdir;                    // PMIX_NSDIR

@@ -6,6 +6,7 @@
 //   talk          every side prints what it got
 //   child-fails   spawned process 1 exits with status 5 after connecting
 //   missing       the parent spawns a program that does not exist
+//   universe      rank 0 prints MPI_UNIVERSE_SIZE and nothing is spawned
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,12 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   MPI_Comm parent, inter, merged;
   MPI_Comm_get_parent(&parent);
-  if (parent == MPI_COMM_NULL) {
+  if (parent == MPI_COMM_NULL && strcmp(mode, "universe") == 0) {
+    int* universe = NULL;
+    int flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_UNIVERSE_SIZE, &universe, &flag);
+    if (rank == 0) printf("universe=%d\n", flag ? *universe : -1);
+  } else if (parent == MPI_COMM_NULL) {
     char* child_argv[] = {argc > 1 ? argv[1] : "2", (char*)mode, argc > 3 ? argv[3] : NULL, NULL};
     const char* program = strcmp(mode, "missing") == 0 ? "accrun-no-such-program" : argv[0];
     MPI_Comm_spawn(program, child_argv, count, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter, MPI_ERRCODES_IGNORE);

@@ -498,6 +498,10 @@ TEST(Launcher, MpiCommSpawnBeyondTheHostsSlotsIsRefused) {
   std::string token = spawn_token("MpiCommSpawnBeyondTheHostsSlotsIsRefused");
   std::string hostfile = tmpdir() + "/accrun-spawn-hostfile-" + std::to_string(getpid());
   std::ofstream(hostfile) << "localhost slots=3\n";
+  // MPI_UNIVERSE_SIZE counts the slots (mpirun's rule).
+  RunResult u = run({"--hostfile", hostfile, "-n", "2", MPI_SPAWN_EXE, "2", "universe", token});
+  EXPECT_EQ(u.status, 0) << u.err;
+  EXPECT_EQ(u.out, "universe=3\n") << u.err;
   RunResult r = run({"--hostfile", hostfile, "-n", "2", MPI_SPAWN_EXE, "2", "talk", token});
   EXPECT_NE(r.status, 0) << r.out << r.err;
   EXPECT_NE(r.err.find("rank 0's MPI_Comm_spawn (PMIx_Spawn) of 2 process(es) was refused: host localhost has 1 "
