@@ -1049,12 +1049,12 @@ int Daemon::setup_and_spawn() {
   job.size = static_cast<int>(plan_.ranks.size());
   // MPI_UNIVERSE_SIZE: the ranks and what MPI_Comm_spawn may add, as
   // mpirun counts it: the slots the ranks left free, else (one host, no
-  // slot count) the host's processing units.
+  // slot count) the host's processing units.  (Jobs across hosts do not
+  // spawn: there it is the job's size.)
   job.universe = job.size;
-  if (cfg_.spawn_slots >= 0) {
-    job.universe = job.size + cfg_.spawn_slots;
-  } else if (plan_.hosts.size() == 1) {
-    job.universe = std::max(job.size, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  if (plan_.hosts.size() == 1) {
+    job.universe = cfg_.spawn_slots >= 0 ? job.size + cfg_.spawn_slots
+                                         : std::max(job.size, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   }
   job.node = cfg_.host;
   job.tmpdir = rendezvous_ + "/job";
