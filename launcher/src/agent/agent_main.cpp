@@ -5,6 +5,7 @@
 // detects its host and says hello with its inventory; then it serves the
 // controller until told to end or until the controller's connection closes.
 #include <fcntl.h>
+#include <pmix_common.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -163,6 +164,15 @@ int serve(int fd, const std::string& me, char** envp, std::vector<LaunchProcess>
     for (auto& f : frames) {
       if (f.type == msg::kShutdown) {
         running = false;
+      } else if (f.type == msg::kSpawnLaunch) {
+        // This host's ranks have ended (its PMIx server with them): a
+        // spawn placed here now cannot start.
+        auto launch = msg::decode_spawn_launch(f.payload);
+        wire::Writer w;
+        w.u32(launch ? static_cast<uint32_t>(launch->k) : 0);
+        w.i32(PMIX_ERR_UNREACH);
+        w.str("the agent on " + me + " has ended its part of the job");
+        send_frame(fd, msg::kSpawnStarted, w.data());
       } else if (f.type == msg::kLaunch && running) {
         // Word at once that the launch arrived: from now on the controller
         // expects a beat every second.

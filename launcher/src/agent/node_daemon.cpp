@@ -142,7 +142,6 @@ std::string signal_name(int sig) {
 
 struct RankState {
   int rank = 0;          // the PMIx server's id (pmix_server.hpp): a rank, or a spawned process
-  int spawner = -1;      // a spawned process: the rank whose PMIx_Spawn started it
   std::string label;     // a spawned process: how messages name it
   pid_t pid = -1;
   bool running = false;
@@ -152,6 +151,7 @@ struct RankState {
   int abort_status = 0;
   std::string abort_message;
   bool failed = false;
+  bool stop_requested = false;  // PMIx_Job_control killed or terminated it: its death is no failure
 };
 
 // Which of accrun's outputs a stream is forwarded to.
@@ -167,6 +167,17 @@ struct OutStream {
 // Tags in epoll's data: what became ready.
 constexpr uint64_t kTagSignal = 1, kTagQueue = 2, kTagStdin = 3, kTagUpstream = 4, kTagStream = 1ULL << 32, kTagTarget = 1ULL << 33,
                    kTagPmi = 1ULL << 34;
+
+// -x: NAME=VALUE, or NAME as accrun's environment has it.
+void apply_exports(Env& env, const RunConfig& cfg) {
+  for (const auto& [k, v] : cfg.exports) {
+    if (v) {
+      env[k] = *v;
+    } else if (auto it = cfg.inherited.find(k); it != cfg.inherited.end()) {
+      env[k] = it->second;
+    }
+  }
+}
 
 // Whether the job's directory holds an object file (accrun_put(3)).
 bool holds_objects(const std::string& dir) {
@@ -215,6 +226,8 @@ class Daemon final : public ClientEvents, public DaemonControl {
   void on_finalized(int rank) override;
   void on_abort(int rank, int status, const std::string& message) override;
   void on_spawn(SpawnRequest request, std::function<void(int, std::string)> done) override;
+  void on_job_control(int requester, std::vector<int> ids, int sig, bool stop, std::function<void(int)> done) override;
+  void signal_procs(int sig, bool stop, const std::vector<int>& ids) override;
   void terminate(int sig) override;
 
  private:
@@ -225,15 +238,25 @@ class Daemon final : public ClientEvents, public DaemonControl {
   void finish();
 
   RankState* state_of(int rank);
-  const std::string& host_of(int rank) const {
-    return plan_.hosts[is_spawned_id(rank) ? cfg_.host : plan_.ranks[rank].host].inventory.host;
+  int host_index(int id) const {
+    if (id < 0) return -1;
+    if (!is_spawned_id(id))
+      return static_cast<size_t>(id) < plan_.ranks.size() ? plan_.ranks[static_cast<size_t>(id)].host : -1;
+    auto it = spawned_host_.find(id);
+    return it != spawned_host_.end() ? it->second : -1;
+  }
+  const std::string& host_of(int id) const {
+    int h = host_index(id);
+    return plan_.hosts[static_cast<size_t>(h >= 0 ? h : cfg_.host)].inventory.host;
   }
   // "rank 3", or for a spawned process what its label says.
   std::string name_of(const RankState& r) const {
     return r.label.empty() ? "rank " + std::to_string(r.rank) : r.label;
   }
-  // Why a PMIx_Spawn cannot be served here ("" if it can).
-  std::string spawn_refusal(const SpawnRequest& req, int total) const;
+  Env spawn_base_env() const;
+  std::optional<std::string> spawn_wdir(const SpawnApp& a) const;
+  Resolved spawn_program(const SpawnApp& a, const Env& env) const;
+  void spawn_launch(const SpawnLaunch& launch, std::function<void(int, std::string)> done) override;
   // A pipe for a local process's stdout or stderr, its read end kept as a
   // stream forwarded with `prefix`; returns the write end (-1: pipe failed).
   int add_output_pipe(int id, OutKind kind, const std::string& prefix);
@@ -311,7 +334,7 @@ class Daemon final : public ClientEvents, public DaemonControl {
   bool mask_set_ = false;
   struct sigaction old_pipe_ {};
   int old_subreaper_ = 0;
-  int spawns_ = 0;                      // PMIx_Spawn requests served (namespaces accrun.<id>.<k>)
+  std::map<int, int> spawned_host_;     // id of every spawned process of the job -> its plan host
   std::unique_ptr<UpcallQueue> queue_;
   std::unique_ptr<PmixServer> pmix_;
   std::unique_ptr<pmi::PmiService> pmi_;  // --mpi pmi|auto: the PMI-1/PMI-2 sockets
@@ -357,8 +380,6 @@ RankState* Daemon::state_of(int rank) {
 
 bool Daemon::all_here(const std::string& signature) const {
   // "*" or ranks, after a kind such as "pmi:" (the PMI server's fences).
-  // Processes spawned by the job's ranks (ids from kSpawnedIdBase) all run
-  // on this host.
   std::string_view ranks = signature;
   if (size_t colon = ranks.find(':'); colon != std::string_view::npos) ranks.remove_prefix(colon + 1);
   if (ranks == "*") return plan_.hosts.size() == 1;
@@ -368,12 +389,8 @@ bool Daemon::all_here(const std::string& signature) const {
     size_t r = 0;
     auto [end, ec] = std::from_chars(ranks.data() + pos, ranks.data() + comma, r);
     if (ec != std::errc() || end != ranks.data() + comma) return false;
-    if (r >= static_cast<size_t>(kSpawnedIdBase)) {
-      pos = comma + 1;
-      continue;
-    }
-    if (r >= plan_.ranks.size() || plan_.ranks[r].host != cfg_.host)
-      return false;
+    if (r >= plan_.ranks.size() && !is_spawned_id(static_cast<int>(std::min<size_t>(r, INT32_MAX)))) return false;
+    if (host_index(static_cast<int>(r)) != cfg_.host) return false;
     pos = comma + 1;
   }
   return true;
@@ -437,197 +454,216 @@ void Daemon::watch_stream(size_t index) {
   epoll_ctl(epfd_, EPOLL_CTL_ADD, streams_[index]->fd, &ev);
 }
 
-std::string Daemon::spawn_refusal(const SpawnRequest& req, int total) const {
-  if (plan_.hosts.size() > 1)
-    return "spawning is served for jobs on one host; this job spans " + std::to_string(plan_.hosts.size()) +
-           " hosts";
-  if (total <= 0) return "it asks for no processes";
-  if (terminating_) return "the job is ending";
-  const std::string& here = plan_.hosts[static_cast<size_t>(cfg_.host)].inventory.host;
-  // MPI_Info "host" arrives as PMIX_HOST, for the job or one application.
-  std::vector<const std::map<std::string, std::string>*> infos{&req.info};
-  for (const SpawnApp& a : req.apps) infos.push_back(&a.info);
-  for (const auto* info : infos)
-    if (auto h = info->find(PMIX_HOST); h != info->end() && h->second != here && h->second != "localhost")
-      return "it asks for host '" + h->second + "'; spawned processes run on this job's host, " + here;
-  if (cfg_.spawn_slots >= 0) {
-    int live = 0;
-    for (const auto& [id, st] : ranks_) live += is_spawned_id(id) && st.running ? 1 : 0;
-    if (live + total > cfg_.spawn_slots)
-      return "host " + here + " has " + std::to_string(cfg_.spawn_slots) + " slot(s) left after the job's ranks, " +
-             std::to_string(live) + " taken by spawned processes; give the host more slots (slots=N in the "
-             "hostfile) or pass --oversubscribe";
-  }
-  return "";
+// The environment a spawned process starts from (before its own): accrun's,
+// less an enclosing launcher's, then -x.
+Env Daemon::spawn_base_env() const {
+  Env base = filter_inherited(cfg_.inherited);
+  apply_exports(base, cfg_);
+  return base;
 }
 
-// PMIx_Spawn (MPI_Comm_spawn) from a local process: the new processes are a
-// namespace of their own, accrun.<job id>.<k>, on this host, started as the
-// ranks are (own process group, output forwarded, the failure policy and
-// --timeout apply, the job ends when they have too).  See accrun(7),
-// "Spawned processes".
+// Where an application of a spawn runs: its cwd, else its PMIX_WDIR, else
+// the request's, else --wdir.
+std::optional<std::string> Daemon::spawn_wdir(const SpawnApp& a) const {
+  if (!a.cwd.empty()) return a.cwd;
+  if (auto w = a.info.find(PMIX_WDIR); w != a.info.end()) return w->second;
+  return cfg_.wdir;
+}
+
+// Finds an application's program as a rank's would be found; its status
+// and message are resolve_program's.
+Resolved Daemon::spawn_program(const SpawnApp& a, const Env& env) const {
+  auto path = env.find("PATH");
+  std::optional<std::string> wdir = spawn_wdir(a);
+  Resolved res = resolve_program(a.cmd, path != env.end() ? path->second : "/usr/local/bin:/usr/bin:/bin", wdir);
+  if (res.status == 0) {
+    Resolved bad = check_interpreter(a.cmd, res.path, wdir);
+    if (bad.status != 0) res = bad;
+  }
+  return res;
+}
+
+// PMIx_Spawn (MPI_Comm_spawn) from a local process.  What this host can
+// judge is checked here (the programs exist, the job is not ending); the
+// job controller places the processes and has every agent start its own
+// (spawn_launch).  See accrun(7), "Spawned processes".
 void Daemon::on_spawn(SpawnRequest req, std::function<void(int, std::string)> done) {
   RankState* parent = state_of(req.requester);
-  std::string who = parent != nullptr ? name_of(*parent) : "a process";
+  req.who = parent != nullptr ? name_of(*parent) : "a process";
   int total = 0;
   for (const SpawnApp& a : req.apps) total += std::max(a.maxprocs, 0);
   auto refuse = [&](int status, const std::string& why) {
-    say(cfg_.err_fd, who + "'s MPI_Comm_spawn (PMIx_Spawn) of " + std::to_string(total) +
+    say(cfg_.err_fd, req.who + "'s MPI_Comm_spawn (PMIx_Spawn) of " + std::to_string(total) +
                          " process(es) was refused: " + why);
     done(status, std::string());
   };
-  if (std::string why = spawn_refusal(req, total); !why.empty())
-    return refuse(plan_.hosts.size() > 1 ? PMIX_ERR_NOT_SUPPORTED : PMIX_ERR_OUT_OF_RESOURCE, why);
-
-  // Each app's program, found before anything starts.
-  Env base = filter_inherited(cfg_.inherited);
-  for (const auto& [k, v] : cfg_.exports) {
-    if (v) {
-      base[k] = *v;
-    } else if (auto it = cfg_.inherited.find(k); it != cfg_.inherited.end()) {
-      base[k] = it->second;
-    }
-  }
-  struct Prepared {
-    std::string path;
-    std::optional<std::string> wdir;
-    Env env;
-  };
-  std::vector<Prepared> prepared;
-  for (const SpawnApp& a : req.apps) {
-    Prepared p;
-    p.env = base;
+  if (total <= 0) return refuse(PMIX_ERR_BAD_PARAM, "it asks for no processes");
+  if (terminating_) return refuse(PMIX_ERR_OUT_OF_RESOURCE, "the job is ending");
+  Env base = spawn_base_env();
+  for (SpawnApp& a : req.apps) {
+    Env env = base;
     for (const std::string& kv : a.env)
-      if (size_t eq = kv.find('='); eq != std::string::npos && eq > 0) p.env[kv.substr(0, eq)] = kv.substr(eq + 1);
-    p.wdir = cfg_.wdir;
-    if (!a.cwd.empty()) {
-      p.wdir = a.cwd;
-    } else if (auto w = a.info.find(PMIX_WDIR); w != a.info.end()) {
-      p.wdir = w->second;
-    } else if (auto jw = req.info.find(PMIX_WDIR); jw != req.info.end()) {
-      p.wdir = jw->second;
-    }
-    auto path_it = p.env.find("PATH");
-    Resolved res = resolve_program(a.cmd, path_it != p.env.end() ? path_it->second : "/usr/local/bin:/usr/bin:/bin",
-                                   p.wdir);
-    if (res.status == 0) {
-      Resolved bad = check_interpreter(a.cmd, res.path, p.wdir);
-      if (bad.status != 0) res = bad;
-    }
+      if (size_t eq = kv.find('='); eq != std::string::npos && eq > 0) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    Resolved res = spawn_program(a, env);
     if (res.status != 0) return refuse(PMIX_ERR_NOT_FOUND, res.message);
-    p.path = res.path;
-    prepared.push_back(std::move(p));
+    // The directory is the requester's, on whichever host.
+    if (auto w = spawn_wdir(a); w && a.cwd.empty()) a.cwd = *w;
   }
+  up_->spawn(req, std::move(done));
+}
 
-  // The namespace, registered before its processes start.
-  int k = ++spawns_;
+// A spawn the controller placed: the namespace on this host's PMIx server
+// (every host's, so that all of them know its processes), and this host's
+// processes of it started as the ranks are (own process group, output
+// forwarded, the failure policy and --timeout apply; the job ends when
+// they have too).
+void Daemon::spawn_launch(const SpawnLaunch& l, std::function<void(int, std::string)> done) {
+  if (!pmix_) return done(PMIX_ERR_UNREACH, "this host's PMIx server has stopped");
+  int total = static_cast<int>(l.host_of.size());
   PmixJob job;
-  job.nspace = "accrun." + jobid_ + "." + std::to_string(k);
+  job.nspace = l.nspace;
   job.jobid = job.nspace;
   job.size = total;
-  job.node = 0;
-  job.hostnames = {plan_.hosts[static_cast<size_t>(cfg_.host)].inventory.host};
-  job.ranks_by_node.assign(1, {});
-  for (int i = 0; i < total; ++i) job.ranks_by_node[0].push_back(i);
+  // Its nodes are the hosts that run some of its processes, in plan order.
+  std::vector<int> node_of_host(plan_.hosts.size(), -1);
+  for (int h : l.host_of)
+    if (h < 0 || static_cast<size_t>(h) >= plan_.hosts.size()) return done(PMIX_ERR_BAD_PARAM, "a host out of range");
+  for (int h : l.host_of) node_of_host[static_cast<size_t>(h)] = 0;
+  for (size_t h = 0; h < plan_.hosts.size(); ++h) {
+    if (node_of_host[h] < 0) continue;
+    node_of_host[h] = static_cast<int>(job.hostnames.size());
+    job.hostnames.push_back(plan_.hosts[h].inventory.host);
+  }
+  job.ranks_by_node.assign(job.hostnames.size(), {});
+  for (int i = 0; i < total; ++i) {
+    int h = l.host_of[static_cast<size_t>(i)];
+    job.ranks_by_node[static_cast<size_t>(node_of_host[static_cast<size_t>(h)])].push_back(i);
+    spawned_host_[l.base + i] = h;
+  }
+  job.node = node_of_host[static_cast<size_t>(cfg_.host)];
   job.tmpdir = rendezvous_ + "/job";
   job.nsdir = rendezvous_ + "/job";
   pmix_proc_t parent_proc;
-  if (pmix_->proc_of(req.requester, &parent_proc)) job.parent = parent_proc;
-  auto base_id = pmix_->register_spawned(job);
-  if (!base_id) return refuse(PMIX_ERROR, base_id.status().message());
+  if (pmix_->proc_of(l.requester, &parent_proc)) job.parent = parent_proc;
+  if (Status s = pmix_->register_spawned(job, l.base); !s) return done(PMIX_ERROR, s.message());
+  if (job.node < 0) return done(PMIX_SUCCESS, std::string());
+  const std::vector<int>& mine = job.ranks_by_node[static_cast<size_t>(job.node)];
 
+  Env base = spawn_base_env();
   int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
   bool oversubscribed = plan_.oversubscribed;
   if (!oversubscribed) {
     long pus = sysconf(_SC_NPROCESSORS_ONLN);
-    oversubscribed = pus > 0 && static_cast<long>(local_ranks_.size()) + total > pus;
+    oversubscribed = pus > 0 && static_cast<long>(running_count() + static_cast<int>(mine.size())) > pus;
   }
   const std::string& here = plan_.hosts[static_cast<size_t>(cfg_.host)].inventory.host;
   pid_t self = getpid();
-  int rank = 0;
-  for (size_t ai = 0; ai < req.apps.size(); ++ai) {
-    const SpawnApp& a = req.apps[ai];
-    Prepared& p = prepared[ai];
+  auto fail = [&](const std::string& why) {
+    if (devnull >= 0) close(devnull);
+    done(PMIX_ERROR, why);
+  };
+  for (size_t li = 0; li < mine.size(); ++li) {
+    int rank = mine[li];
+    int id = l.base + rank;
+    const SpawnApp& a = l.apps[static_cast<size_t>(l.app_of[static_cast<size_t>(rank)])];
+    Env e = base;
+    for (const std::string& kv : a.env)
+      if (size_t eq = kv.find('='); eq != std::string::npos && eq > 0) e[kv.substr(0, eq)] = kv.substr(eq + 1);
+    Resolved res = spawn_program(a, e);
+    // A program missing on this host fails like a rank's exec.
+    std::string path = res.status == 0 ? res.path : a.cmd;
+    std::optional<std::string> wdir = spawn_wdir(a);
+    struct stat st_dir;
+    if (wdir && (stat(wdir->c_str(), &st_dir) != 0 || !S_ISDIR(st_dir.st_mode))) wdir = cfg_.wdir;
+
+    ChildSpec c;
+    c.in_fd = devnull;
+    std::vector<int> close_after;
+    std::string tag = "spawn" + std::to_string(l.k) + ":" + std::to_string(rank);
+    std::string prefix = !cfg_.tag_output ? "" : plan_.hosts.size() > 1 ? "[" + here + ":" + tag + "] " : "[" + tag + "] ";
+    for (int which = 0; which < 2; ++which) {
+      int fd = add_output_pipe(id, which == 0 ? OutKind::kStdout : OutKind::kStderr, prefix);
+      if (fd < 0) {
+        for (int f : close_after) close(f);
+        return fail("pipe: " + std::string(std::strerror(errno)));
+      }
+      (which == 0 ? c.out_fd : c.err_fd) = fd;
+      close_after.push_back(fd);
+      if (output_broken_[which]) close_stream(*streams_.back());
+      watch_stream(streams_.size() - 1);
+    }
+    auto client = pmix_->client_env(id);
+    if (!client) {
+      for (int f : close_after) close(f);
+      return fail(client.status().message());
+    }
+    for (const auto& [key, v] : *client) e[key] = v;
+    add_launch_env(e, rank, jobid_, shm_dir_, oversubscribed, false);
+    e["ACCRUN_HOST"] = here;
+    int local = static_cast<int>(li), nlocal = static_cast<int>(mine.size());
+    for (const auto& [key, v] : std::initializer_list<std::pair<const char*, int>>{
+             {"ACCRUN_RANK", rank}, {"OMPI_COMM_WORLD_RANK", rank}, {"ACCRUN_SIZE", total},
+             {"OMPI_COMM_WORLD_SIZE", total}, {"ACCRUN_LOCAL_RANK", local}, {"OMPI_COMM_WORLD_LOCAL_RANK", local},
+             {"ACCRUN_LOCAL_SIZE", nlocal}, {"OMPI_COMM_WORLD_LOCAL_SIZE", nlocal},
+             {"ACCRUN_NODE_RANK", job.node}, {"ACCRUN_SPAWNED_BY", l.spawner}})
+      e[key] = std::to_string(v);
+    e["ACCRUN_NAMESPACE"] = l.nspace;
+    // The job's torch and PMI variables describe the job's ranks, not these.
+    for (const char* key : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "PMI_FD", "PMI_RANK", "PMI_SIZE",
+                            "PMI_JOBID"})
+      e.erase(key);
+    if (objects_) e[objects::kServerEnv] = objects_->addresses();
+    for (const auto& [key, v] : e) c.env_storage.push_back(key + "=" + v);
+    for (auto& str : c.env_storage) c.envp.push_back(str.data());
+    c.envp.push_back(nullptr);
     std::vector<std::string> args = a.argv.empty() ? std::vector<std::string>{a.cmd} : a.argv;
     std::vector<char*> argv;
     for (auto& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
-    for (int i = 0; i < a.maxprocs; ++i, ++rank) {
-      int id = *base_id + rank;
-      ChildSpec c;
-      c.in_fd = devnull;
-      std::vector<int> close_after;
-      std::string prefix = cfg_.tag_output ? "[spawn" + std::to_string(k) + ":" + std::to_string(rank) + "] " : "";
-      bool piped = true;
-      for (int which = 0; which < 2; ++which) {
-        int fd = add_output_pipe(id, which == 0 ? OutKind::kStdout : OutKind::kStderr, prefix);
-        if (fd < 0) {
-          piped = false;
-          break;
-        }
-        (which == 0 ? c.out_fd : c.err_fd) = fd;
-        close_after.push_back(fd);
-        if (output_broken_[which]) close_stream(*streams_.back());
-        watch_stream(streams_.size() - 1);
-      }
-      Env e = p.env;
-      auto client = pmix_->client_env(id);
-      if (!piped || !client) {
-        for (int fd : close_after) close(fd);
-        if (devnull >= 0) close(devnull);
-        say(cfg_.err_fd, who + "'s MPI_Comm_spawn: cannot prepare spawned process " + std::to_string(rank) + ": " +
-                             (client ? std::string(std::strerror(errno)) : client.status().message()));
-        done(PMIX_ERROR, std::string());
-        return;
-      }
-      for (const auto& [key, v] : *client) e[key] = v;
-      add_launch_env(e, rank, jobid_, shm_dir_, oversubscribed, false);
-      e["ACCRUN_HOST"] = here;
-      for (const char* key : {"ACCRUN_RANK", "ACCRUN_LOCAL_RANK", "ACCRUN_NODE_RANK", "OMPI_COMM_WORLD_RANK",
-                              "OMPI_COMM_WORLD_LOCAL_RANK"})
-        e[key] = std::to_string(rank);
-      for (const char* key : {"ACCRUN_SIZE", "ACCRUN_LOCAL_SIZE", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"})
-        e[key] = std::to_string(total);
-      int spawner = parent != nullptr ? (parent->spawner >= 0 ? parent->spawner : parent->rank) : 0;
-      e["ACCRUN_SPAWNED_BY"] = std::to_string(spawner);
-      e["ACCRUN_NAMESPACE"] = job.nspace;
-      // The job's torch variables describe the job's ranks, not these.
-      for (const char* key : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "PMI_FD", "PMI_RANK", "PMI_SIZE",
-                              "PMI_JOBID"})
-        e.erase(key);
-      if (objects_) e[objects::kServerEnv] = objects_->addresses();
-      for (const auto& [key, v] : e) c.env_storage.push_back(key + "=" + v);
-      for (auto& str : c.env_storage) c.envp.push_back(str.data());
-      c.envp.push_back(nullptr);
-      ExecReport report;
-      pid_t pid = spawn_child(p.path.c_str(), argv.data(), c, p.wdir ? p.wdir->c_str() : nullptr, self, &report);
-      for (int fd : close_after) close(fd);
-      if (pid < 0) {
-        say(cfg_.err_fd, who + "'s MPI_Comm_spawn: cannot start spawned process " + std::to_string(rank) + ": " +
-                             std::strerror(errno));
-        if (devnull >= 0) close(devnull);
-        done(PMIX_ERROR, std::string());
-        return;
-      }
-      setpgid(pid, pid);
-      janitor_.watch_group(pid);
-      RankState& st = ranks_[id];
-      st.rank = id;
-      st.pid = pid;
-      st.running = true;
-      st.spawner = spawner;
-      st.label = "spawned process " + std::to_string(rank) + " of " + job.nspace + " (started by " + who + ")";
-      pid_rank_[pid] = id;
-      if (report.stage != 0) {
-        // Found before the start but gone since: reaped as a failure.
-        say(cfg_.err_fd, st.label + ": cannot execute " + p.path + ": " + std::strerror(report.err));
-      }
-      if (cfg_.report_bindings) say(cfg_.err_fd, st.label + " on host " + here + " not bound with no devices");
-    }
+    ExecReport report;
+    pid_t pid = spawn_child(path.c_str(), argv.data(), c, wdir ? wdir->c_str() : nullptr, self, &report);
+    for (int f : close_after) close(f);
+    if (pid < 0) return fail("cannot start spawned process " + std::to_string(rank) + ": " + std::strerror(errno));
+    setpgid(pid, pid);
+    janitor_.watch_group(pid);
+    RankState& st = ranks_[id];
+    st.rank = id;
+    st.pid = pid;
+    st.running = true;
+    st.label = "spawned process " + std::to_string(rank) + " of " + l.nspace + " (started by " + l.who + ")";
+    pid_rank_[pid] = id;
+    if (report.stage != 0)
+      say(cfg_.err_fd, st.label + ": cannot execute " + (res.status != 0 ? res.message : path + ": " + std::strerror(report.err)));
+    if (cfg_.report_bindings) say(cfg_.err_fd, st.label + " on host " + here + " not bound with no devices");
   }
   if (devnull >= 0) close(devnull);
-  log(LogLevel::kDebug, "spawned %d process(es) as %s for %s", total, job.nspace.c_str(), who.c_str());
-  done(PMIX_SUCCESS, job.nspace);
+  log(LogLevel::kDebug, "started %zu process(es) of %s", mine.size(), l.nspace.c_str());
+  done(PMIX_SUCCESS, std::string());
+}
+
+// PMIx_Job_control: kill, terminate or signal processes of the job; those
+// on other hosts through the controller.
+void Daemon::on_job_control(int requester, std::vector<int> ids, int sig, bool stop, std::function<void(int)> done) {
+  std::vector<int> remote;
+  for (int id : ids) {
+    int h = host_index(id);
+    if (h < 0) continue;
+    if (h != cfg_.host) remote.push_back(id);
+  }
+  log(LogLevel::kDebug, "job control from %d: signal %d to %zu process(es)%s", requester, sig, ids.size(),
+      stop ? " (stop)" : "");
+  signal_procs(sig, stop, ids);
+  if (!remote.empty() && !upstream_gone_) up_->signal_procs(sig, stop, remote);
+  done(ids.empty() ? PMIX_ERR_NOT_FOUND : PMIX_SUCCESS);
+}
+
+void Daemon::signal_procs(int sig, bool stop, const std::vector<int>& ids) {
+  for (int id : ids) {
+    RankState* r = state_of(id);
+    if (r == nullptr) continue;  // not this host's
+    if (stop) r->stop_requested = true;
+    if (r->running) kill(-r->pid, sig);
+  }
 }
 
 // quiet: the failure is a consequence of one already reported (a rank killed
@@ -643,9 +679,8 @@ void Daemon::record_failure(RankState& r, int status, const std::string& kind, c
   if (!quiet) say(cfg_.err_fd, text);
   if (first) exit_code_ = status;
   // Across hosts the controller decides for the whole job, and tells the
-  // other hosts' ranks of every failure (a spawned process's counts as its
-  // spawner's).
-  up_->rank_failed(r.spawner >= 0 ? r.spawner : r.rank, status, kind, text);
+  // other hosts' processes of every failure (a spawned process by its id).
+  up_->rank_failed(r.rank, status, kind, text);
   bool kill = cfg_.on_failure == OnFailure::kKill;
   if (kill) {
     policy_pending_ = true;
@@ -715,6 +750,12 @@ void Daemon::reap() {
     if (it == pid_rank_.end()) continue;  // an orphan we adopted as subreaper
     RankState& r = ranks_[it->second];
     r.running = false;
+    if (is_spawned_id(r.rank) && !upstream_gone_) up_->spawned_ended(r.rank);
+    if (r.stop_requested) {
+      // Ended at the job's own request (PMIx_Job_control): not a failure.
+      log(LogLevel::kDebug, "%s ended as PMIx_Job_control asked", name_of(r).c_str());
+      continue;
+    }
     if (WIFSIGNALED(st)) {
       int sig = WTERMSIG(st);
       bool output_gone = output_broken_[0] || output_broken_[1];
@@ -886,13 +927,7 @@ int Daemon::setup_and_spawn() {
   for (int r : local_ranks_) {
     Env e = base;
     for (const auto& [k, v] : plan_.ranks[r].env) e[k] = v;
-    for (const auto& [k, v] : cfg_.exports) {
-      if (v) {
-        e[k] = *v;
-      } else if (auto it = cfg_.inherited.find(k); it != cfg_.inherited.end()) {
-        e[k] = it->second;
-      }
-    }
+    apply_exports(e, cfg_);
     envs[r] = std::move(e);
   }
 
@@ -1047,15 +1082,7 @@ int Daemon::setup_and_spawn() {
   job.nspace = "accrun." + jobid_;
   job.jobid = job.nspace;
   job.size = static_cast<int>(plan_.ranks.size());
-  // MPI_UNIVERSE_SIZE: the ranks and what MPI_Comm_spawn may add, as
-  // mpirun counts it: the slots the ranks left free, else (one host, no
-  // slot count) the host's processing units.  (Jobs across hosts do not
-  // spawn: there it is the job's size.)
-  job.universe = job.size;
-  if (plan_.hosts.size() == 1) {
-    job.universe = cfg_.spawn_slots >= 0 ? job.size + cfg_.spawn_slots
-                                         : std::max(job.size, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
-  }
+  job.universe = std::max(job.size, cfg_.universe);  // the controller's count (RunConfig::universe)
   job.node = cfg_.host;
   job.tmpdir = rendezvous_ + "/job";
   job.nsdir = rendezvous_ + "/job";

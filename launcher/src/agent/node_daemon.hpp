@@ -4,6 +4,7 @@
 // every exit path (a janitor process covers accrun's own death).
 #pragma once
 
+#include <map>
 #include <memory>
 
 #include <functional>
@@ -17,6 +18,42 @@
 #include "accrun/status.hpp"
 
 namespace accrun::launcher {
+
+// A process's id in the job: the job's ranks are their rank; a process a
+// rank started with PMIx_Spawn (MPI_Comm_spawn) has an id from
+// kSpawnedIdBase up, handed out by the job controller, one per process of
+// every spawned namespace, the same on every host.
+inline constexpr int kSpawnedIdBase = 1 << 30;
+inline bool is_spawned_id(int id) { return id >= kSpawnedIdBase; }
+
+// One application of a PMIx_Spawn request (pmix_app_t, copied).
+struct SpawnApp {
+  std::string cmd;
+  std::vector<std::string> argv;  // argv[0] included when the caller gave it
+  std::vector<std::string> env;   // "NAME=value"
+  std::string cwd;                // "" : PMIX_WDIR, else --wdir
+  int maxprocs = 1;
+  std::map<std::string, std::string> info;  // string-valued directives (PMIX_WDIR, PMIX_HOST, ...)
+};
+struct SpawnRequest {
+  int requester = 0;  // id of the process that asked
+  std::string who;    // how messages name it ("rank 0")
+  std::vector<SpawnApp> apps;
+  std::map<std::string, std::string> info;  // string-valued job directives
+};
+// A spawn the controller placed: every agent registers the namespace and
+// starts its own processes of it.
+struct SpawnLaunch {
+  int k = 0;             // the job's k-th spawn
+  std::string nspace;    // accrun.<job id>.<k>
+  int base = 0;          // id of its rank 0
+  int requester = 0;     // the process that asked (PMIX_PARENT_ID)
+  int spawner = 0;       // the job's rank it descends from
+  std::string who;       // the requester, as messages name it
+  std::vector<SpawnApp> apps;
+  std::vector<int> host_of;  // per spawned rank: its plan host
+  std::vector<int> app_of;   // per spawned rank: its application
+};
 
 // The node agent's side of a job that spans hosts: what the daemon's event
 // loop tells the job controller, and how the controller reaches back
@@ -48,6 +85,13 @@ class DaemonControl {
   // of it through a PMIx event.
   virtual void peer_failed(int rank, int status, const std::string& kind, const std::string& host,
                            const std::string& text) = 0;
+  // The controller placed a spawn (msg::kSpawnLaunch): register its
+  // namespace and start this host's processes of it; `done` gets a PMIx
+  // status and, on failure, why.
+  virtual void spawn_launch(const SpawnLaunch& launch, std::function<void(int status, std::string why)> done) = 0;
+  // PMIx_Job_control from another host (msg::kSignalProcs): signal these
+  // local processes; `stop`: their deaths were asked for.
+  virtual void signal_procs(int sig, bool stop, const std::vector<int>& ids) = 0;
 };
 
 // The job's name directory (PMIx publish/lookup/unpublish) when it lives
@@ -95,6 +139,14 @@ class Upstream {
   // Direct modex: rank `rank` (on another host) has its PMIx data fetched
   // from its host's agent; `done` gets the PMIx status and the blob.
   virtual void modex(int rank, std::function<void(int status, std::string blob)> done) = 0;
+  // PMIx_Spawn: the controller places the processes and has every agent
+  // start its own; `done` gets the PMIx status and the new namespace.
+  virtual void spawn(const SpawnRequest& request, std::function<void(int status, std::string nspace)> done) = 0;
+  // A spawned process of this host ended (its slot is free again).
+  virtual void spawned_ended(int id) = 0;
+  // PMIx_Job_control for processes on other hosts: the controller passes
+  // the signal to their agents.
+  virtual void signal_procs(int sig, bool stop, const std::vector<int>& ids) = 0;
   // `n` bytes of pushed stdin reached every local rank that takes it: the
   // controller may send that much more.
   virtual void stdin_consumed(size_t n) = 0;
@@ -134,7 +186,7 @@ struct RunConfig {
   Upstream* upstream = nullptr;         // the job controller: output, failures, fences, the directory go there (required)
   bool own_signals = true;              // acts on signals sent to its process (false: they come through upstream)
   std::string jobid;                    // the job's id (every host's agent uses the controller's); "" = a new one
-  int spawn_slots = -1;                 // processes MPI_Comm_spawn may start on this host at once (-1: no limit)
+  int universe = 0;                     // MPI_UNIVERSE_SIZE: the ranks and the slots they left free (0: the job's size)
 };
 
 // A fresh job id: 12 hex digits from getrandom (the PMIx namespace is

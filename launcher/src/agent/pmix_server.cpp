@@ -4,6 +4,7 @@
 #include "peer_guard.hpp"
 
 #include <hwloc.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -320,6 +321,102 @@ pmix_status_t up_spawn(const pmix_proc_t* proc, const pmix_info_t job_info[], si
   return PMIX_SUCCESS;
 }
 
+// PMIx_Job_control: kill, terminate or signal processes of the job (any
+// namespace, any host).  Cleanup directives (PMIX_REGISTER_CLEANUP*, which
+// Open MPI sends for its session directories) the library keeps itself and
+// answers without us; other directives are not supported.
+pmix_status_t up_job_control(const pmix_proc_t* requestor, const pmix_proc_t targets[], size_t ntargets,
+                             const pmix_info_t directives[], size_t ndirs, pmix_info_cbfunc_t cbfunc, void* cbdata) {
+  PmixServer* s = g_active.load();
+  if (s == nullptr || requestor == nullptr) return PMIX_ERR_NOT_SUPPORTED;
+  int sig = 0;
+  bool stop = false;
+  for (size_t i = 0; i < ndirs; ++i) {
+    const pmix_info_t& d = directives[i];
+    if (PMIX_CHECK_KEY(&d, PMIX_JOB_CTRL_KILL) && PMIX_INFO_TRUE(&d)) {
+      sig = SIGKILL;
+      stop = true;
+    } else if (PMIX_CHECK_KEY(&d, PMIX_JOB_CTRL_TERMINATE) && PMIX_INFO_TRUE(&d)) {
+      if (sig == 0) sig = SIGTERM;
+      stop = true;
+    } else if (PMIX_CHECK_KEY(&d, PMIX_JOB_CTRL_SIGNAL) && d.value.type == PMIX_INT && sig == 0) {
+      sig = d.value.data.integer;
+    }
+  }
+  if (sig <= 0 || sig >= NSIG) return PMIX_ERR_NOT_SUPPORTED;
+  pmix_proc_t req = *requestor;
+  std::vector<pmix_proc_t> who = copy_procs(targets, ntargets);
+  // No targets: every process of the requester's namespace.
+  if (who.empty()) {
+    pmix_proc_t all;
+    PMIX_LOAD_PROCID(&all, req.nspace, PMIX_RANK_WILDCARD);
+    who.push_back(all);
+  }
+  s->queue()->push([s, req, who, sig, stop, cbfunc, cbdata] {
+    s->events()->on_job_control(s->id_of(req), s->ids_of(who), sig, stop, [cbfunc, cbdata](int status) {
+      if (cbfunc) cbfunc(status, nullptr, 0, cbdata, nullptr, nullptr);
+    });
+  });
+  return PMIX_SUCCESS;
+}
+
+// PMIx_Query_info: what this host's agent knows of the job (accrun(7),
+// "Queries").  Each answered key comes back under its own name.
+struct QueryAnswer {
+  pmix_info_t* info = nullptr;
+  size_t n = 0;
+};
+void release_answer(void* cbdata) {
+  auto* a = static_cast<QueryAnswer*>(cbdata);
+  if (a->info != nullptr) PMIX_INFO_FREE(a->info, a->n);
+  delete a;
+}
+
+pmix_status_t up_query(pmix_proc_t*, pmix_query_t* queries, size_t nqueries, pmix_info_cbfunc_t cbfunc,
+                       void* cbdata) {
+  PmixServer* s = g_active.load();
+  if (s == nullptr) return PMIX_ERR_NOT_SUPPORTED;
+  struct Asked {
+    std::string key;
+    std::string nspace;  // PMIX_NSPACE qualifier
+  };
+  std::vector<Asked> asked;
+  for (size_t q = 0; q < nqueries; ++q) {
+    std::string nspace;
+    for (size_t i = 0; i < queries[q].nqual; ++i)
+      if (PMIX_CHECK_KEY(&queries[q].qualifiers[i], PMIX_NSPACE) &&
+          queries[q].qualifiers[i].value.type == PMIX_STRING && queries[q].qualifiers[i].value.data.string)
+        nspace = queries[q].qualifiers[i].value.data.string;
+    for (size_t k = 0; queries[q].keys != nullptr && queries[q].keys[k] != nullptr; ++k)
+      asked.push_back({queries[q].keys[k], nspace});
+  }
+  s->queue()->push([s, asked, cbfunc, cbdata] {
+    std::vector<std::pair<std::string, std::string>> strings;
+    std::vector<std::pair<std::string, uint32_t>> numbers;
+    for (const Asked& a : asked) {
+      if (a.key == PMIX_QUERY_NAMESPACES) {
+        strings.emplace_back(a.key, join(s->namespaces(), ","));
+      } else if (a.key == PMIX_QUERY_SPAWN_SUPPORT) {
+        strings.emplace_back(a.key, std::string(PMIX_HOST) + "," + PMIX_WDIR);
+      } else if (a.key == PMIX_JOB_SIZE) {
+        int n = s->nspace_size(a.nspace.empty() ? s->nspace() : a.nspace);
+        if (n >= 0) numbers.emplace_back(a.key, static_cast<uint32_t>(n));
+      }
+    }
+    auto* answer = new QueryAnswer;
+    answer->n = strings.size() + numbers.size();
+    if (answer->n > 0) PMIX_INFO_CREATE(answer->info, answer->n);
+    size_t i = 0;
+    for (const auto& [k, v] : strings) PMIX_INFO_LOAD(&answer->info[i++], k.c_str(), v.c_str(), PMIX_STRING);
+    for (const auto& [k, v] : numbers) PMIX_INFO_LOAD(&answer->info[i++], k.c_str(), &v, PMIX_UINT32);
+    pmix_status_t status = answer->n == 0 ? PMIX_ERR_NOT_FOUND
+                           : answer->n < asked.size() ? PMIX_QUERY_PARTIAL_SUCCESS
+                                                      : PMIX_SUCCESS;
+    cbfunc(status, answer->info, answer->n, cbdata, release_answer, answer);
+  });
+  return PMIX_SUCCESS;
+}
+
 // The library asks for the data of a rank on another host (a PMIx_Get
 // that no fence carried): the owning host's agent is asked through the
 // controller.
@@ -456,6 +553,8 @@ pmix_server_module_t make_module() {
   m.connect = up_connect;
   m.disconnect = up_disconnect;
   m.spawn = up_spawn;
+  m.job_control = up_job_control;
+  m.query = up_query;
   return m;
 }
 
@@ -577,14 +676,23 @@ bool PmixServer::proc_of(int id, pmix_proc_t* out) const {
   return false;
 }
 
-std::string PmixServer::signature_of(const std::vector<pmix_proc_t>& procs) const {
-  // Within the job's own namespace: "*" for all of it, else its ranks.
-  bool own_only = true;
-  for (const pmix_proc_t& p : procs) own_only &= PMIX_CHECK_NSPACE(p.nspace, nspace_.c_str());
+std::vector<std::string> PmixServer::namespaces() const {
+  std::vector<std::string> out{nspace_};
+  for (const Spawned& sp : spawned_) out.push_back(sp.nspace);
+  return out;
+}
+
+int PmixServer::nspace_size(const std::string& nspace) const {
+  if (nspace == nspace_) return size_;
+  for (const Spawned& sp : spawned_)
+    if (nspace == sp.nspace) return sp.size;
+  return -1;
+}
+
+std::vector<int> PmixServer::ids_of(const std::vector<pmix_proc_t>& procs) const {
   std::vector<int> ids;
   for (const pmix_proc_t& p : procs) {
     if (p.rank == PMIX_RANK_WILDCARD) {
-      if (own_only) return "*";
       int base = -1, size = 0;
       if (PMIX_CHECK_NSPACE(p.nspace, nspace_.c_str())) {
         base = 0;
@@ -600,9 +708,20 @@ std::string PmixServer::signature_of(const std::vector<pmix_proc_t>& procs) cons
     }
     if (int id = id_of(p); id >= 0) ids.push_back(id);
   }
-  if (ids.empty()) return "*";
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+std::string PmixServer::signature_of(const std::vector<pmix_proc_t>& procs) const {
+  // Within the job's own namespace: "*" for all of it, else its ranks.
+  bool own_only = true;
+  for (const pmix_proc_t& p : procs) own_only &= PMIX_CHECK_NSPACE(p.nspace, nspace_.c_str());
+  if (own_only)
+    for (const pmix_proc_t& p : procs)
+      if (p.rank == PMIX_RANK_WILDCARD) return "*";
+  std::vector<int> ids = ids_of(procs);
+  if (ids.empty()) return "*";
   std::string out;
   for (int id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
   return out;
@@ -616,19 +735,18 @@ Status PmixServer::register_job(const PmixJob& job) {
   return s;
 }
 
-Result<int> PmixServer::register_spawned(const PmixJob& job) {
-  int base = next_id_;
-  if (job.size <= 0 || base > INT32_MAX - job.size) return invalid_usage("no ids left for spawned processes");
+Status PmixServer::register_spawned(const PmixJob& job, int base) {
+  if (job.size <= 0 || !is_spawned_id(base) || base > INT32_MAX - job.size)
+    return invalid_usage("bad ids for spawned processes");
   // Known before the clients are, so that their first upcalls find it.
   spawned_.push_back(Spawned{job.nspace, base, job.size});
-  std::vector<int> local;
-  for (int r : job.ranks_by_node[job.node]) local.push_back(r);
-  if (Status s = register_nspace(job, local); !s) {
+  std::vector<int> none;
+  const std::vector<int>& mine = job.node >= 0 ? job.ranks_by_node[static_cast<size_t>(job.node)] : none;
+  if (Status s = register_nspace(job, mine); !s) {
     spawned_.pop_back();
     return s;
   }
-  next_id_ += job.size;
-  return base;
+  return Status::ok();
 }
 
 Status PmixServer::register_nspace(const PmixJob& job, const std::vector<int>& mine) {
@@ -721,7 +839,7 @@ Status PmixServer::register_nspace(const PmixJob& job, const std::vector<int>& m
   pmix_data_array_t arr;
   if (!list.convert(&arr)) return Status(Code::kSystem, "building the PMIx job description failed");
   OpSync sync;
-  int nlocal = static_cast<int>(job.ranks_by_node[job.node].size());
+  int nlocal = static_cast<int>(mine.size());
   rc = PMIx_server_register_nspace(job.nspace.c_str(), nlocal, static_cast<pmix_info_t*>(arr.array),
                                    arr.size, OpSync::callback, &sync);
   if (rc == PMIX_SUCCESS) rc = sync.wait();

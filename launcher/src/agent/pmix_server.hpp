@@ -50,27 +50,6 @@ class UpcallQueue {
   std::deque<std::function<void()>> q_;
 };
 
-// A process's id on this host's PMIx server: the job's ranks are their
-// rank; a process a rank started with PMIx_Spawn (MPI_Comm_spawn) has an id
-// from kSpawnedIdBase up, one per process of every spawned namespace.
-inline constexpr int kSpawnedIdBase = 1 << 30;
-inline bool is_spawned_id(int id) { return id >= kSpawnedIdBase; }
-
-// One application of a PMIx_Spawn request (pmix_app_t, copied).
-struct SpawnApp {
-  std::string cmd;
-  std::vector<std::string> argv;  // argv[0] included when the caller gave it
-  std::vector<std::string> env;   // "NAME=value"
-  std::string cwd;
-  int maxprocs = 1;
-  std::map<std::string, std::string> info;  // string-valued directives (PMIX_WDIR, PMIX_HOST, ...)
-};
-struct SpawnRequest {
-  int requester = 0;  // id of the process that asked
-  std::vector<SpawnApp> apps;
-  std::map<std::string, std::string> info;  // string-valued job directives
-};
-
 // What the event loop learns from the PMIx library about its clients (by id).
 class ClientEvents {
  public:
@@ -85,6 +64,14 @@ class ClientEvents {
     (void)request;
     done(PMIX_ERR_NOT_SUPPORTED, std::string());
   }
+  // PMIx_Job_control: signal the processes `ids` (of any host) with `sig`;
+  // `stop` (kill, terminate): their deaths are asked for, not failures.
+  // `done` gets a PMIx status.  Default: refused.
+  virtual void on_job_control(int requester, std::vector<int> ids, int sig, bool stop,
+                              std::function<void(int status)> done) {
+    (void)requester, (void)ids, (void)sig, (void)stop;
+    done(PMIX_ERR_NOT_SUPPORTED);
+  }
 };
 
 // One host's view of a job, as PMIx registers it.
@@ -93,7 +80,7 @@ struct PmixJob {
   std::string jobid;
   std::vector<std::string> hostnames;  // node ids 0..n-1
   std::vector<std::vector<int>> ranks_by_node;  // global ranks on each node, ascending
-  int node = 0;                         // this host's node id
+  int node = 0;                         // this host's node id (-1: none of the job's processes run here)
   int size = 0;
   int universe = 0;                     // PMIX_UNIV_SIZE (MPI_UNIVERSE_SIZE): at least `size`
   std::vector<std::string> cpus;        // per global rank: hwloc list, "" unbound
@@ -120,9 +107,10 @@ class PmixServer {
   // Registers the namespace (full job/node/app/proc key set) and this
   // host's clients.  Blocks until the library has stored it.
   Status register_job(const PmixJob& job);
-  // Registers a namespace of processes a rank spawned (all on this host);
-  // returns the id of its rank 0 (the others follow).
-  Result<int> register_spawned(const PmixJob& job);
+  // Registers a namespace of processes the job spawned, whose rank 0 has
+  // id `base` (the others follow; the controller hands out the ids, the
+  // same on every host).
+  Status register_spawned(const PmixJob& job, int base);
   // The PMIx client variables for one local process (PMIx_server_setup_fork).
   Result<Env> client_env(int id);
 
@@ -134,6 +122,13 @@ class PmixServer {
   // A collective's signature: "*" for the job's whole namespace, else the
   // ids of its members, ascending and comma-separated.
   std::string signature_of(const std::vector<pmix_proc_t>& procs) const;
+  // The ids of `procs` (a wildcard rank: every process of its namespace),
+  // ascending, each once; processes of unknown namespaces are left out.
+  std::vector<int> ids_of(const std::vector<pmix_proc_t>& procs) const;
+  // The namespaces this server knows (the job's, then the spawned ones),
+  // and the size of one (-1: unknown).
+  std::vector<std::string> namespaces() const;
+  int nspace_size(const std::string& nspace) const;
 
   // Tells every surviving rank that `rank` failed (accrun(7), "Failure
   // events"); `done` runs on the event loop once the library took it.
@@ -200,7 +195,6 @@ class PmixServer {
     int size = 0;
   };
   std::vector<Spawned> spawned_;  // in order of their ids
-  int next_id_ = kSpawnedIdBase;
   FenceRouter fence_router_;
   ModexRouter modex_router_;
   DirectoryRouter* directory_router_ = nullptr;

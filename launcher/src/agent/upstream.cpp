@@ -96,6 +96,31 @@ bool AgentUpstream::on_readable(DaemonControl& daemon) {
       auto done = std::move(it->second);
       modex_waiters_.erase(it);
       done(*st, std::move(*blob));
+    } else if (f.type == msg::kSpawnLaunch) {
+      auto launch = msg::decode_spawn_launch(f.payload);
+      if (!launch) return false;
+      uint32_t k = static_cast<uint32_t>(launch->k);
+      daemon.spawn_launch(*launch, [this, k](int status, std::string why) {
+        wire::Writer w;
+        w.u32(k);
+        w.i32(status);
+        w.str(why);
+        post(msg::kSpawnStarted, w.data());
+      });
+    } else if (f.type == msg::kSignalProcs) {
+      auto sp = msg::decode_signal_procs(f.payload);
+      if (!sp) return false;
+      daemon.signal_procs(sp->sig, sp->stop, sp->ids);
+    } else if (f.type == msg::kSpawnDone) {
+      auto id = r.u64("spawn done: id");
+      auto st = r.i32("spawn done: status");
+      auto nspace = r.str("spawn done: nspace");
+      if (!id || !st || !nspace) return false;
+      auto it = spawn_waiters_.find(*id);
+      if (it == spawn_waiters_.end()) return false;
+      auto done = std::move(it->second);
+      spawn_waiters_.erase(it);
+      done(*st, std::move(*nspace));
     } else if (f.type == msg::kOutputFlow) {
       auto pause = r.boolean("output flow: pause");
       if (!pause) return false;
@@ -161,6 +186,22 @@ bool AgentUpstream::on_readable(DaemonControl& daemon) {
     }
   }
   return true;
+}
+
+void AgentUpstream::spawn(const SpawnRequest& request, std::function<void(int, std::string)> done) {
+  uint64_t id = ++next_id_;
+  spawn_waiters_[id] = std::move(done);
+  post(msg::kSpawn, msg::encode_spawn_request(id, request));
+}
+
+void AgentUpstream::spawned_ended(int id) {
+  wire::Writer w;
+  w.u32(static_cast<uint32_t>(id));
+  post(msg::kSpawnedEnded, w.data());
+}
+
+void AgentUpstream::signal_procs(int sig, bool stop, const std::vector<int>& ids) {
+  post(msg::kSignalProcs, msg::encode_signal_procs(sig, stop, ids));
 }
 
 void AgentUpstream::output(int stream, const char* data, size_t n) {

@@ -48,6 +48,9 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   void phase(int p) override;
   void stdin_consumed(size_t n) override;
   void modex(int rank, std::function<void(int, std::string)> done) override;
+  void spawn(const SpawnRequest& request, std::function<void(int, std::string)> done) override;
+  void spawned_ended(int id) override;
+  void signal_procs(int sig, bool stop, const std::vector<int>& ids) override;
   void heard() { last_heard_ = std::chrono::steady_clock::now(); }
   // Sends one frame; a send that had to wait ended because the controller
   // read, which is word from it too.
@@ -66,6 +69,7 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   std::map<uint64_t, std::function<void(int)>> status_waiters_;
   std::map<uint64_t, std::function<void(int, std::vector<DirectoryEntry>)>> lookup_waiters_;
   std::map<uint64_t, std::function<void(int, std::string)>> modex_waiters_;
+  std::map<uint64_t, std::function<void(int, std::string)>> spawn_waiters_;
 };
 
 }  // namespace accrun::launcher

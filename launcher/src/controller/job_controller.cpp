@@ -25,6 +25,7 @@
 #include "controller/agents.hpp"
 #include "controller/output_queue.hpp"
 #include "controller/protocol.hpp"
+#include "controller/spawns.hpp"
 #include "iof.hpp"
 #include "agent/pmix_server.hpp"
 #include "wire/codec.hpp"
@@ -122,6 +123,29 @@ class Controller {
   std::map<std::pair<int, std::string>, size_t> contributed_;  // (agent, signature) -> count
   std::map<std::string, size_t> completed_;                    // signature -> rounds done
   std::set<int> participants(const std::string& signature) const;
+  // The agent whose host runs a rank or a spawned process (-1: none).
+  int agent_of_proc(int id) const;
+  const std::string& host_name_of_proc(int id) const;
+
+  // PMIx_Spawn: placed here, started by every agent (controller/spawns.hpp).
+  std::unique_ptr<SpawnBook> spawns_;
+  struct PendingSpawn {
+    int asker = 0;        // the requesting agent
+    uint64_t id = 0;      // its request id
+    std::string who;      // the requester, as messages name it
+    int count = 0;
+    std::string nspace;
+    std::set<int> waiting;  // agents yet to say they started
+    std::set<int> hosting;  // agents with processes of it
+    int status = 0;
+    std::string why;
+  };
+  std::map<int, PendingSpawn> spawning_;  // by k
+  std::map<int, int> spawner_of_;         // spawned process id -> the job's rank it descends from
+  std::string job_id_;
+  void on_spawn_request(int agent, const wire::Frame& f);
+  void on_spawn_started(int agent, int k, int status, const std::string& why);
+  void spawn_reply(int agent, uint64_t id, int status, const std::string& nspace);
 
   // The job-wide name directory: key -> (publisher rank, packed value).
   struct Entry {
@@ -386,6 +410,15 @@ int Controller::launch() {
   cfg.bind = !options_.topology;
   // One job id, so one PMIx namespace, on every host.
   cfg.jobid = new_job_id();
+  job_id_ = cfg.jobid;
+  // MPI_Comm_spawn places its processes in the slots the ranks left free.
+  {
+    std::vector<SpawnBook::Host> hosts;
+    for (const auto& h : plan_.hosts) hosts.push_back({h.inventory.host, h.slots, 0, h.inventory.cpus});
+    for (const auto& r : plan_.ranks) ++hosts[static_cast<size_t>(r.host)].ranks;
+    spawns_ = std::make_unique<SpawnBook>(std::move(hosts), options_.oversubscribe);
+    cfg.universe = spawns_->universe();
+  }
   done_.assign(entries_.size(), false);
   last_seen_.assign(entries_.size(), Clock::now());
   heard_since_launch_.assign(entries_.size(), false);
@@ -396,14 +429,6 @@ int Controller::launch() {
       agents_->close_agent(static_cast<int>(a));
       done_[a] = true;
       continue;
-    }
-    // MPI_Comm_spawn may use the host's slots the plan left free (any
-    // number without a slot count, or with --oversubscribe).
-    cfg.spawn_slots = -1;
-    if (const auto& slots = plan_.hosts[static_cast<size_t>(h)].slots; slots && !options_.oversubscribe) {
-      int used = 0;
-      for (const auto& r : plan_.ranks) used += r.host == h ? 1 : 0;
-      cfg.spawn_slots = std::max(*slots - used, 0);
     }
     if (!agents_->send(static_cast<int>(a), msg::kLaunch, msg::encode_launch(h, plan_, cfg))) {
       on_lost(static_cast<int>(a), "cannot send it its ranks");
@@ -436,11 +461,98 @@ std::set<int> Controller::participants(const std::string& signature) const {
     size_t comma = list.find(',', pos);
     if (comma == std::string::npos) comma = list.size();
     long r = std::strtol(list.c_str() + pos, nullptr, 10);
-    if (r >= 0 && static_cast<size_t>(r) < plan_.ranks.size())
-      out.insert(agent_of_host_[static_cast<size_t>(plan_.ranks[static_cast<size_t>(r)].host)]);
+    if (int a = r >= 0 && r <= INT32_MAX ? agent_of_proc(static_cast<int>(r)) : -1; a >= 0) out.insert(a);
     pos = comma + 1;
   }
   return out;
+}
+
+int Controller::agent_of_proc(int id) const {
+  int h = -1;
+  if (id >= 0 && static_cast<size_t>(id) < plan_.ranks.size()) {
+    h = plan_.ranks[static_cast<size_t>(id)].host;
+  } else if (spawns_ && is_spawned_id(id)) {
+    h = spawns_->host_of(id);
+  }
+  return h >= 0 ? agent_of_host_[static_cast<size_t>(h)] : -1;
+}
+
+const std::string& Controller::host_name_of_proc(int id) const {
+  return entries_[static_cast<size_t>(agent_of_proc(id))].name;
+}
+
+void Controller::spawn_reply(int agent, uint64_t id, int status, const std::string& nspace) {
+  if (done_[static_cast<size_t>(agent)]) return;
+  wire::Writer w;
+  w.u64(id);
+  w.i32(status);
+  w.str(nspace);
+  agents_->send(agent, msg::kSpawnDone, w.data());
+}
+
+// A rank's PMIx_Spawn: placed in the slots the ranks left free, then every
+// agent still running registers the namespace and starts its processes of
+// it; the answer goes back once all have said so.
+void Controller::on_spawn_request(int agent, const wire::Frame& f) {
+  auto req = msg::decode_spawn_request(f.payload);
+  if (!req) return on_lost(agent, "sent a malformed spawn request: " + req.status().message());
+  uint64_t id = req->first;
+  SpawnRequest& request = req->second;
+  int total = 0;
+  for (const SpawnApp& a : request.apps) total += a.maxprocs;
+  auto refuse = [&](int status, const std::string& why) {
+    say(request.who + "'s MPI_Comm_spawn (PMIx_Spawn) of " + std::to_string(total) + " process(es) was refused: " + why);
+    spawn_reply(agent, id, status, "");
+  };
+  // The job's rank a spawn descends from, through spawned processes.
+  int spawner = request.requester;
+  if (auto s = spawner_of_.find(spawner); s != spawner_of_.end()) spawner = s->second;
+  if (agent_of_proc(request.requester) != agent) return on_lost(agent, "sent a spawn request for a process it does not run");
+  if (terminating_) return refuse(PMIX_ERR_OUT_OF_RESOURCE, "the job is ending");
+  std::vector<bool> live(plan_.hosts.size(), false);
+  for (size_t h = 0; h < plan_.hosts.size(); ++h) live[h] = !done_[static_cast<size_t>(agent_of_host_[h])];
+  auto placed = spawns_->place(request, host_of_agent_[static_cast<size_t>(agent)], live);
+  if (!placed) return refuse(PMIX_ERR_OUT_OF_RESOURCE, placed.status().message());
+  SpawnLaunch launch;
+  spawns_->add(job_id_, *placed, &launch);
+  launch.spawner = spawner;
+  launch.requester = request.requester;
+  for (int i = 0; i < static_cast<int>(launch.host_of.size()); ++i) spawner_of_[launch.base + i] = launch.spawner;
+  launch.who = request.who;
+  launch.apps = std::move(request.apps);
+  PendingSpawn& p = spawning_[launch.k];
+  p.asker = agent;
+  p.id = id;
+  p.who = request.who;
+  p.count = total;
+  p.nspace = launch.nspace;
+  for (int h : launch.host_of) p.hosting.insert(agent_of_host_[static_cast<size_t>(h)]);
+  std::string payload = msg::encode_spawn_launch(launch);
+  for (size_t a = 0; a < done_.size(); ++a) {
+    if (done_[a] || host_of_agent_[a] < 0) continue;
+    p.waiting.insert(static_cast<int>(a));
+    agents_->send(static_cast<int>(a), msg::kSpawnLaunch, payload);
+  }
+  log(LogLevel::kDebug, "spawn %d: %d process(es) as %s", launch.k, total, launch.nspace.c_str());
+  if (p.waiting.empty()) on_spawn_started(-1, launch.k, PMIX_SUCCESS, "");
+}
+
+void Controller::on_spawn_started(int agent, int k, int status, const std::string& why) {
+  auto it = spawning_.find(k);
+  if (it == spawning_.end()) return;
+  PendingSpawn& p = it->second;
+  p.waiting.erase(agent);
+  // An agent with none of the processes may have ended meanwhile: only
+  // the hosts that run some matter.
+  if (status != PMIX_SUCCESS && p.hosting.count(agent) != 0 && p.status == PMIX_SUCCESS) {
+    p.status = status;
+    p.why = "on host " + entries_[static_cast<size_t>(agent)].name + ": " + why;
+  }
+  if (!p.waiting.empty()) return;
+  if (p.status != PMIX_SUCCESS)
+    say(p.who + "'s MPI_Comm_spawn (PMIx_Spawn) of " + std::to_string(p.count) + " process(es) failed " + p.why);
+  spawn_reply(p.asker, p.id, p.status, p.status == PMIX_SUCCESS ? p.nspace : "");
+  spawning_.erase(it);
 }
 
 void Controller::signal_all(int sig, int except) {
@@ -458,6 +570,12 @@ void Controller::on_lost(int agent, const std::string& why) {
   if (done_[static_cast<size_t>(agent)]) return;
   done_[static_cast<size_t>(agent)] = true;
   agents_->abandon(agent);
+  // A spawn waiting for it goes on without it (and fails if it was to run
+  // some of the processes).
+  std::vector<int> waiting_on;
+  for (const auto& [k, p] : spawning_)
+    if (p.waiting.count(agent) != 0) waiting_on.push_back(k);
+  for (int k : waiting_on) on_spawn_started(agent, k, PMIX_ERR_UNREACH, "its host was lost (" + why + ")");
   // Whoever waits for data from its ranks hears that it is gone.
   for (auto it = modex_.begin(); it != modex_.end();) {
     if (it->second.owner != agent) {
@@ -491,7 +609,7 @@ void Controller::peer_failed(int rank, int status, const std::string& kind, cons
   w.u32(static_cast<uint32_t>(rank));
   w.i32(status);
   w.str(kind);
-  w.str(plan_.hosts[static_cast<size_t>(plan_.ranks[static_cast<size_t>(rank)].host)].inventory.host);
+  w.str(host_name_of_proc(rank));
   w.str(text);
   for (size_t a = 0; a < done_.size(); ++a)
     if (!done_[a] && static_cast<int>(a) != except) agents_->send(static_cast<int>(a), msg::kPeerFailed, w.data());
@@ -517,7 +635,7 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       auto status = r.i32("failed: status");
       auto text = r.str("failed: text");
       auto kind = r.str("failed: kind");
-      if (!rank || !status || !text || !kind || *rank >= plan_.ranks.size())
+      if (!rank || !status || !text || !kind || *rank > INT32_MAX || agent_of_proc(static_cast<int>(*rank)) != agent)
         return on_lost(agent, "sent a malformed failure");
       bool first = !exit_code_.has_value() && !terminating_;
       fail(*status);
@@ -565,7 +683,7 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       auto id = r.u64("modex request: id");
       auto rank = r.u32("modex request: rank");
       if (!id || !rank) return on_lost(agent, "sent a malformed modex request");
-      int owner = *rank < plan_.ranks.size() ? agent_of_host_[static_cast<size_t>(plan_.ranks[*rank].host)] : -1;
+      int owner = *rank <= INT32_MAX ? agent_of_proc(static_cast<int>(*rank)) : -1;
       if (owner < 0 || owner == agent || done_[static_cast<size_t>(owner)])
         return modex_reply(agent, *id, PMIX_ERR_NOT_FOUND, "");
       uint64_t mine = ++next_modex_;
@@ -598,6 +716,30 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       auto phase = r.u8("phase");
       if (!phase) return on_lost(agent, "sent a malformed phase");
       heard_since_launch_[static_cast<size_t>(agent)] = *phase == 1;
+      return;
+    }
+    case msg::kSpawn:
+      return on_spawn_request(agent, f);
+    case msg::kSpawnStarted: {
+      auto k = r.u32("spawn started: k");
+      auto status = r.i32("spawn started: status");
+      auto why = r.str("spawn started: why");
+      if (!k || !status || !why) return on_lost(agent, "sent a malformed spawn answer");
+      return on_spawn_started(agent, static_cast<int>(*k), *status, *why);
+    }
+    case msg::kSpawnedEnded: {
+      auto id = r.u32("spawned ended: id");
+      if (!id || *id > INT32_MAX) return on_lost(agent, "sent a malformed end of a spawned process");
+      if (spawns_) spawns_->ended(static_cast<int>(*id));
+      return;
+    }
+    case msg::kSignalProcs: {
+      auto sp = msg::decode_signal_procs(f.payload);
+      if (!sp) return on_lost(agent, "sent a malformed job control");
+      std::map<int, std::vector<int>> by_agent;
+      for (int id : sp->ids)
+        if (int a = agent_of_proc(id); a >= 0 && a != agent && !done_[static_cast<size_t>(a)]) by_agent[a].push_back(id);
+      for (const auto& [a, ids] : by_agent) agents_->send(a, msg::kSignalProcs, msg::encode_signal_procs(sp->sig, sp->stop, ids));
       return;
     }
     case msg::kHeartbeat:

@@ -1,6 +1,9 @@
 // protocol.cpp — the kLaunch payload (protocol.hpp).
 #include "controller/protocol.hpp"
 
+#include <climits>
+#include <csignal>
+
 #include "wire/codec.hpp"
 
 namespace accrun::launcher::msg {
@@ -41,7 +44,7 @@ std::string encode_launch(int host, const Plan& plan, const RunConfig& config) {
     w.str(value.value_or(""));
   }
   w.u8(static_cast<uint8_t>(config.mpi));
-  w.i32(config.spawn_slots);
+  w.u32(static_cast<uint32_t>(config.universe));
   return w.take();
 }
 
@@ -123,12 +126,159 @@ Result<Launch> decode_launch(std::string_view payload) {
   ACCRUN_READ(mode, r.u8("launch: mpi"));
   if (mode > static_cast<uint8_t>(MpiMode::kPmi)) return invalid_argument("launch: bad mpi mode");
   c.mpi = static_cast<MpiMode>(mode);
-  ACCRUN_READ(c.spawn_slots, r.i32("launch: spawn slots"));
-  if (c.spawn_slots < -1) return invalid_argument("launch: bad spawn slots");
+  uint32_t universe = 0;
+  ACCRUN_READ(universe, r.u32("launch: universe"));
+  if (universe > static_cast<uint32_t>(INT32_MAX)) return invalid_argument("launch: bad universe size");
+  c.universe = static_cast<int>(universe);
 #undef ACCRUN_READ
   if (Status s = r.expect_end("launch"); !s) return s;
   c.host = l.host;
   return l;
+}
+
+namespace {
+
+void write_apps(wire::Writer& w, const std::vector<SpawnApp>& apps) {
+  w.u32(static_cast<uint32_t>(apps.size()));
+  for (const SpawnApp& a : apps) {
+    w.str(a.cmd);
+    w.string_vector(a.argv);
+    w.string_vector(a.env);
+    w.str(a.cwd);
+    w.i32(a.maxprocs);
+    w.string_map(a.info);
+  }
+}
+
+Status read_apps(wire::Reader& r, std::vector<SpawnApp>* apps) {
+  auto n = r.u32("spawn: apps");
+  if (!n) return n.status();
+  if (*n > r.remaining()) return invalid_argument("spawn: more apps than bytes");
+  for (uint32_t i = 0; i < *n; ++i) {
+    SpawnApp a;
+    auto cmd = r.str("spawn: cmd");
+    auto argv = r.string_vector("spawn: argv");
+    auto env = r.string_vector("spawn: env");
+    auto cwd = r.str("spawn: cwd");
+    auto maxprocs = r.i32("spawn: maxprocs");
+    auto info = r.string_map("spawn: app info");
+    if (!cmd || !argv || !env || !cwd || !maxprocs || !info) return invalid_argument("spawn: malformed app");
+    if (*maxprocs < 0) return invalid_argument("spawn: negative process count");
+    a.cmd = std::move(*cmd);
+    a.argv = std::move(*argv);
+    a.env = std::move(*env);
+    a.cwd = std::move(*cwd);
+    a.maxprocs = *maxprocs;
+    a.info = std::move(*info);
+    apps->push_back(std::move(a));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+std::string encode_spawn_request(uint64_t id, const SpawnRequest& request) {
+  wire::Writer w;
+  w.u64(id);
+  w.u32(static_cast<uint32_t>(request.requester));
+  w.str(request.who);
+  w.string_map(request.info);
+  write_apps(w, request.apps);
+  return w.take();
+}
+
+Result<std::pair<uint64_t, SpawnRequest>> decode_spawn_request(std::string_view payload) {
+  wire::Reader r(payload);
+  SpawnRequest req;
+  auto id = r.u64("spawn: id");
+  auto requester = r.u32("spawn: requester");
+  auto who = r.str("spawn: who");
+  auto info = r.string_map("spawn: info");
+  if (!id || !requester || !who || !info) return invalid_argument("spawn: malformed request");
+  req.requester = static_cast<int>(*requester);
+  req.who = std::move(*who);
+  req.info = std::move(*info);
+  if (Status s = read_apps(r, &req.apps); !s) return s;
+  if (Status s = r.expect_end("spawn"); !s) return s;
+  return std::make_pair(*id, std::move(req));
+}
+
+std::string encode_spawn_launch(const SpawnLaunch& launch) {
+  wire::Writer w;
+  w.u32(static_cast<uint32_t>(launch.k));
+  w.str(launch.nspace);
+  w.u32(static_cast<uint32_t>(launch.base));
+  w.u32(static_cast<uint32_t>(launch.requester));
+  w.u32(static_cast<uint32_t>(launch.spawner));
+  w.str(launch.who);
+  write_apps(w, launch.apps);
+  w.u32(static_cast<uint32_t>(launch.host_of.size()));
+  for (size_t i = 0; i < launch.host_of.size(); ++i) {
+    w.u32(static_cast<uint32_t>(launch.host_of[i]));
+    w.u32(static_cast<uint32_t>(launch.app_of[i]));
+  }
+  return w.take();
+}
+
+Result<SpawnLaunch> decode_spawn_launch(std::string_view payload) {
+  wire::Reader r(payload);
+  SpawnLaunch l;
+  auto k = r.u32("spawn launch: k");
+  auto nspace = r.str("spawn launch: nspace");
+  auto base = r.u32("spawn launch: base");
+  auto requester = r.u32("spawn launch: requester");
+  auto spawner = r.u32("spawn launch: spawner");
+  auto who = r.str("spawn launch: who");
+  if (!k || !nspace || !base || !requester || !spawner || !who) return invalid_argument("spawn launch: malformed");
+  l.requester = static_cast<int>(*requester);
+  if (!is_spawned_id(static_cast<int>(*base)) || *base > INT32_MAX) return invalid_argument("spawn launch: bad base id");
+  l.k = static_cast<int>(*k);
+  l.nspace = std::move(*nspace);
+  l.base = static_cast<int>(*base);
+  l.spawner = static_cast<int>(*spawner);
+  l.who = std::move(*who);
+  if (Status s = read_apps(r, &l.apps); !s) return s;
+  auto n = r.u32("spawn launch: processes");
+  if (!n) return n.status();
+  if (*n > r.remaining() || *n > static_cast<uint32_t>(INT32_MAX) - *base)
+    return invalid_argument("spawn launch: more processes than bytes");
+  for (uint32_t i = 0; i < *n; ++i) {
+    auto h = r.u32("spawn launch: host");
+    auto a = r.u32("spawn launch: app");
+    if (!h || !a || *a >= l.apps.size()) return invalid_argument("spawn launch: bad process entry");
+    l.host_of.push_back(static_cast<int>(*h));
+    l.app_of.push_back(static_cast<int>(*a));
+  }
+  if (Status s = r.expect_end("spawn launch"); !s) return s;
+  return l;
+}
+
+std::string encode_signal_procs(int sig, bool stop, const std::vector<int>& ids) {
+  wire::Writer w;
+  w.i32(sig);
+  w.boolean(stop);
+  w.u32(static_cast<uint32_t>(ids.size()));
+  for (int id : ids) w.u32(static_cast<uint32_t>(id));
+  return w.take();
+}
+
+Result<SignalProcs> decode_signal_procs(std::string_view payload) {
+  wire::Reader r(payload);
+  SignalProcs out;
+  auto sig = r.i32("signal procs: signal");
+  auto stop = r.boolean("signal procs: stop");
+  auto n = r.u32("signal procs: count");
+  if (!sig || !stop || !n || *n > r.remaining() || *sig <= 0 || *sig >= NSIG)
+    return invalid_argument("signal procs: malformed");
+  out.sig = *sig;
+  out.stop = *stop;
+  for (uint32_t i = 0; i < *n; ++i) {
+    auto id = r.u32("signal procs: id");
+    if (!id || *id > INT32_MAX) return invalid_argument("signal procs: bad id");
+    out.ids.push_back(static_cast<int>(*id));
+  }
+  if (Status s = r.expect_end("signal procs"); !s) return s;
+  return out;
 }
 
 }  // namespace accrun::launcher::msg

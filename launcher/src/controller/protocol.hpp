@@ -7,6 +7,9 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "agent/node_daemon.hpp"
 #include "accrun/plan.hpp"
@@ -101,6 +104,25 @@ enum Type : uint16_t {
   // it does for its own ranks' failures, so libraries waiting on that rank
   // give up.
   kPeerFailed = 25,
+  // PMIx_Spawn (MPI_Comm_spawn).  agent → controller: u64 id, then the
+  // request (encode_spawn_request).
+  kSpawn = 26,
+  // controller → every agent still running: the placed spawn
+  // (encode_spawn_launch).
+  kSpawnLaunch = 27,
+  // agent → controller: u32 k, i32 PMIx status, str why (on failure): the
+  // namespace is registered and this host's processes of it started.
+  kSpawnStarted = 28,
+  // controller → the requesting agent: u64 id, i32 PMIx status, str the
+  // new namespace (on success).
+  kSpawnDone = 29,
+  // agent → controller: u32 id of a spawned process that ended (its slot
+  // is free again).
+  kSpawnedEnded = 30,
+  // PMIx_Job_control.  agent → controller, then controller → each agent
+  // that runs some of them: i32 signal, bool stop (kill or terminate: the
+  // deaths are asked for, not failures), u32 n, n × u32 process id.
+  kSignalProcs = 31,
 };
 
 constexpr size_t kStdinWindow = 1 << 20;
@@ -116,5 +138,24 @@ struct Launch {
   RunConfig config;
 };
 Result<Launch> decode_launch(std::string_view payload);
+
+// kSpawn's payload: u64 id, u32 requester, str who, string map of job
+// directives, u32 n, n × app (str cmd, string vector argv, string vector
+// env, str cwd, i32 maxprocs, string map of directives).
+std::string encode_spawn_request(uint64_t id, const SpawnRequest& request);
+Result<std::pair<uint64_t, SpawnRequest>> decode_spawn_request(std::string_view payload);
+// kSpawnLaunch's payload: u32 k, str nspace, u32 base, u32 requester, u32 spawner, str
+// who, u32 n, n × app (as above), u32 m, m × (u32 host, u32 app).
+std::string encode_spawn_launch(const SpawnLaunch& launch);
+Result<SpawnLaunch> decode_spawn_launch(std::string_view payload);
+
+// kSignalProcs's payload, both ways.
+struct SignalProcs {
+  int sig = 0;
+  bool stop = false;
+  std::vector<int> ids;
+};
+std::string encode_signal_procs(int sig, bool stop, const std::vector<int>& ids);
+Result<SignalProcs> decode_signal_procs(std::string_view payload);
 
 }  // namespace accrun::launcher::msg

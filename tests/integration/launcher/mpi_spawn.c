@@ -63,9 +63,9 @@ int main(int argc, char** argv) {
     MPI_Send(&x, 1, MPI_INT, 0, 1, parent);
     MPI_Intercomm_merge(parent, 1, &merged);
     MPI_Allreduce(&v, &total, 1, MPI_INT, MPI_SUM, merged);
-    printf("child rank=%d size=%d got=%d total=%d env=%s,%s,%s,%s job=%s\n", rank, size, x - 1, total,
+    printf("child rank=%d size=%d got=%d total=%d env=%s,%s,%s,%s job=%s host=%s\n", rank, size, x - 1, total,
            env_or("ACCRUN_RANK"), env_or("ACCRUN_SIZE"), env_or("ACCRUN_SPAWNED_BY"), env_or("ACCRUN_NAMESPACE"),
-           env_or("ACCRUN_JOB_ID"));
+           env_or("ACCRUN_JOB_ID"), env_or("ACCRUN_HOST"));
     MPI_Comm_free(&merged);
     MPI_Comm_disconnect(&parent);
   }

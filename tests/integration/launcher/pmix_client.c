@@ -39,6 +39,50 @@ int main(int argc, char** argv) {
   CHECK(rc == PMIX_SUCCESS, "get job size: %s", PMIx_Error_string(rc));
   unsigned size = val->data.uint32;
   PMIX_VALUE_RELEASE(val);
+  /* argv[1] "control": rank 0 asks the server what it knows
+   * (PMIx_Query_info) and, once every rank is up, terminates the last rank
+   * with PMIx_Job_control, which waits to be terminated; the job ends
+   * without a failure. */
+  if (argc > 1 && strcmp(argv[1], "control") == 0) {
+    rc = PMIx_Fence(NULL, 0, NULL, 0);
+    CHECK(rc == PMIX_SUCCESS, "control fence: %s", PMIx_Error_string(rc));
+    if (me.rank == size - 1 && size > 1) {
+      sleep(30); /* terminated by rank 0's request */
+      return 3;
+    }
+    if (me.rank == 0) {
+      pmix_query_t* q;
+      PMIX_QUERY_CREATE(q, 3);
+      PMIX_ARGV_APPEND(rc, q[0].keys, PMIX_QUERY_NAMESPACES);
+      PMIX_ARGV_APPEND(rc, q[1].keys, PMIX_QUERY_SPAWN_SUPPORT);
+      PMIX_ARGV_APPEND(rc, q[2].keys, PMIX_JOB_SIZE);
+      PMIX_QUERY_QUALIFIERS_CREATE(&q[2], 1);
+      PMIX_INFO_LOAD(&q[2].qualifiers[0], PMIX_NSPACE, me.nspace, PMIX_STRING);
+      pmix_info_t* results = NULL;
+      size_t nresults = 0;
+      rc = PMIx_Query_info(q, 3, &results, &nresults);
+      CHECK(rc == PMIX_SUCCESS, "query: %s", PMIx_Error_string(rc));
+      const char *ns = "-", *spawn = "-";
+      unsigned qsize = 0;
+      for (size_t i = 0; i < nresults; ++i) {
+        if (PMIX_CHECK_KEY(&results[i], PMIX_QUERY_NAMESPACES)) ns = results[i].value.data.string;
+        if (PMIX_CHECK_KEY(&results[i], PMIX_QUERY_SPAWN_SUPPORT)) spawn = results[i].value.data.string;
+        if (PMIX_CHECK_KEY(&results[i], PMIX_JOB_SIZE)) qsize = results[i].value.data.uint32;
+      }
+      printf("query ns=%s spawn=%s size=%u\n", ns, spawn, qsize);
+      pmix_proc_t target;
+      PMIX_LOAD_PROCID(&target, me.nspace, size - 1);
+      pmix_info_t term;
+      bool yes = true;
+      PMIX_INFO_LOAD(&term, PMIX_JOB_CTRL_TERMINATE, &yes, PMIX_BOOL);
+      rc = PMIx_Job_control(&target, 1, &term, 1, NULL, NULL);
+      CHECK(rc == PMIX_SUCCESS, "job control: %s", PMIx_Error_string(rc));
+      printf("OK control rank=%u terminated rank %u\n", me.rank, size - 1);
+      fflush(stdout);
+    }
+    PMIx_Finalize(NULL, 0);
+    return 0;
+  }
   /* argv[1] "dmodex": no fence carries the data; each rank gets the value
    * of the rank half the job away (on another host when the job's hosts
    * hold equal halves), which its server must fetch on demand. */

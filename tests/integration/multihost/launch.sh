@@ -52,17 +52,38 @@ n=$(grep -c "^OK rank=" <<<"$out")
 out=$("$accrun" -n 4 -H h1:2,h2:2 --launch-agent "$agent" "$pmix_client" dmodex 2>&1)
 n=$(grep -c "^OK dmodex" <<<"$out")
 [ "$n" = 4 ] && ok "direct modex: 4 ranks each fetched a remote rank's data" || bad "direct modex across hosts" "$out"
+# PMIx_Job_control across hosts: rank 0 on h1 terminates rank 1 on h2
+# through the controller; the job ends without a failure.
+out=$("$accrun" -n 2 -H h1:1,h2:1 --kill-grace 1 --launch-agent "$agent" "$pmix_client" control 2>&1)
+rc=$?
+[ "$rc" = 0 ] && grep -q "^OK control rank=0 terminated rank 1$" <<<"$out" && ! grep -q "rank 1 on host" <<<"$out" \
+  && ok "PMIx_Job_control: rank 0 on h1 terminated rank 1 on h2" || bad "PMIx_Job_control across hosts (exit $rc)" "$out"
 out=$("$accrun" -n 4 -H h1:2,h2:2 --launch-agent "$agent" "${mpi_env[@]}" "$backends_auto" mpi 2>&1)
 n=$(grep -c "auto_backend: PASS" <<<"$out")
 [ "$n" = 4 ] && ok "a named MPI group across 2 hosts" || bad "named MPI group across hosts" "$out"
 
-# 3c. MPI_Comm_spawn in a job across hosts is refused with one line (spawning
-# is served for one-host jobs), and the job ends with nothing left.
+# 3c. MPI_Comm_spawn across hosts: ranks 0 and 1 fill h1, so the 2 spawned
+# processes go to h2's free slots and talk to their parents over TCP.
+out=$("$accrun" -n 3 -H h1:2,h2:3 --launch-agent "$agent" "${mpi_env[@]}" "$mpi_spawn" 2 talk 2>&1)
+rc=$?
+n=$(grep -Ec "^child rank=[01] size=2 got=(7|14) total=704 env=[01],2,0,accrun\.[0-9a-f]+\.1 job=[0-9a-f]+ host=h2$" <<<"$out")
+p=$(grep -Ec "^parent rank=[012] size=3 remote=2 sum=(23|0) merged=5 total=704$" <<<"$out")
+[ "$rc" = 0 ] && [ "$n" = 2 ] && [ "$p" = 3 ] && ok "MPI_Comm_spawn across hosts: 2 processes on h2 talk to their parents on h1" \
+  || bad "MPI_Comm_spawn across hosts (exit $rc, $n children, $p parents)" "$out"
+# No free slot on either host: refused with one line; --oversubscribe spreads them.
 out=$("$accrun" -n 2 -H h1:1,h2:1 --launch-agent "$agent" "${mpi_env[@]}" "$mpi_spawn" 2 talk 2>&1)
 rc=$?
-[ "$rc" != 0 ] && grep -q "rank 0's MPI_Comm_spawn (PMIx_Spawn) of 2 process(es) was refused: spawning is served for jobs on one host; this job spans 2 hosts" <<<"$out" \
-  && ok "MPI_Comm_spawn across hosts is refused, named (exit $rc)" || bad "MPI_Comm_spawn across hosts (exit $rc)" "$out"
-nothing_left "the refused spawn" "$mpi_spawn"
+[ "$rc" != 0 ] && grep -q "rank 0's MPI_Comm_spawn (PMIx_Spawn) of 2 process(es) was refused: the job's hosts have 0 free slot(s) (h1 0 of 1, h2 0 of 1); give them more slots" <<<"$out" \
+  && ok "a spawn beyond the hosts' slots is refused, named (exit $rc)" || bad "a spawn beyond the slots (exit $rc)" "$out"
+out=$("$accrun" -n 2 -H h1:1,h2:1 --oversubscribe --launch-agent "$agent" "${mpi_env[@]}" "$mpi_spawn" 2 talk 2>&1)
+rc=$?
+n=$(grep -Ec "^child rank=0 .* host=h1$|^child rank=1 .* host=h2$" <<<"$out")
+[ "$rc" = 0 ] && [ "$n" = 2 ] && ok "--oversubscribe: the spawned processes go round the hosts" || bad "spawn with --oversubscribe (exit $rc, $n)" "$out"
+# A spawned process failing on h2 ends the job on every host.
+out=$("$accrun" -n 3 -H h1:2,h2:3 --launch-agent "$agent" "${mpi_env[@]}" "$mpi_spawn" 2 child-fails 2>&1)
+check "a spawned process's status is the job's" "^5$" "$?"
+check "and it is named" "spawned process 1 of accrun\.[0-9a-f]+\.1 \(started by rank 0\) on host h2 exited with status 5" "$out"
+nothing_left "the spawns" "$mpi_spawn"
 
 # 4. mpi4py across 2 hosts.
 py=/usr/bin/python3
