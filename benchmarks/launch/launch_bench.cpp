@@ -1,10 +1,12 @@
 // The launch benchmark (docs/design.md §8): `accrun -n N /bin/true` against
 // `mpirun --oversubscribe -n N /bin/true` and a bare spawn-all-then-wait
 // loop, N = 1, 8, 32, 64, interleaved in one run; then an Open MPI hello at
-// N = 8 and 32 under both launchers.  A run past the limit is killed and
-// counted as a hang, apart from the medians.
+// N = 8 and 32 under both launchers, and an Open MPI job of 2 ranks that
+// MPI_Comm_spawns 2 more and talks to them over the intercommunicator.  A
+// run past the limit is killed and counted as a hang, apart from the
+// medians.
 //
-//   launch_bench [--reps R] [--limit S] [--hello PATH] [--accrun PATH]
+//   launch_bench [--reps R] [--limit S] [--hello PATH] [--spawn PATH] [--accrun PATH]
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -96,10 +98,12 @@ int main(int argc, char** argv) {
   double limit = 10;
   std::string accrun = ACCRUN_BENCH_EXE;
   std::string hello = ACCRUN_BENCH_HELLO;
+  std::string spawn = ACCRUN_BENCH_SPAWN;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--limit")) limit = std::atof(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--hello")) hello = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--spawn")) spawn = argv[i + 1];
     else if (!std::strcmp(argv[i], "--accrun")) accrun = argv[i + 1];
   }
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
@@ -145,6 +149,20 @@ int main(int argc, char** argv) {
       std::printf("%4d %12.1f %12.1f %3d/%-4d %12.2fx\n", n, am * 1e3, mm * 1e3, a.hangs, m.hangs,
                   am > 0 ? mm / am : 0);
     }
+  }
+
+  if (!spawn.empty() && access(spawn.c_str(), X_OK) == 0) {
+    int sreps = std::max(3, reps / 4);
+    std::printf("\nMPI_Comm_spawn: 2 ranks spawn 2, talk, merge, allreduce: %d interleaved rounds\n", sreps);
+    Series& a = res[{"accrun-spawn", 2}];
+    Series& m = res[{"mpirun-spawn", 2}];
+    for (int r = 0; r < sreps; ++r) {
+      a.add(time_command({accrun, "-n", "2", spawn, "2", "talk"}, 60));
+      m.add(time_command({"mpirun", "--oversubscribe", "-n", "2", spawn, "2", "talk"}, 60));
+    }
+    double am = median(a.times), mm = median(m.times);
+    std::printf("%12s %12s %8s %12s\n", "accrun ms", "mpirun ms", "hangs", "mpirun/acc");
+    std::printf("%12.1f %12.1f %3d/%-4d %12.2fx\n", am * 1e3, mm * 1e3, a.hangs, m.hangs, am > 0 ? mm / am : 0);
   }
   return 0;
 }

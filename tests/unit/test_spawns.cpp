@@ -170,5 +170,17 @@ TEST(SpawnMessages, RoundTripAndRejectGarbage) {
   for (size_t n = 0; n < req.size(); ++n) EXPECT_FALSE(msg::decode_spawn_request(req.substr(0, n))) << n;
 }
 
+TEST(SpawnMessages, SignalProcs) {
+  auto back = msg::decode_signal_procs(msg::encode_signal_procs(15, true, {3, kSpawnedIdBase + 1}));
+  ASSERT_TRUE(back) << back.status().message();
+  EXPECT_EQ(back->sig, 15);
+  EXPECT_TRUE(back->stop);
+  EXPECT_EQ(back->ids, (std::vector<int>{3, kSpawnedIdBase + 1}));
+  EXPECT_FALSE(msg::decode_signal_procs(msg::encode_signal_procs(0, false, {1}))) << "no signal 0";
+  EXPECT_FALSE(msg::decode_signal_procs(msg::encode_signal_procs(99, false, {1}))) << "no such signal";
+  std::string good = msg::encode_signal_procs(9, false, {1, 2});
+  for (size_t n = 0; n < good.size(); ++n) EXPECT_FALSE(msg::decode_signal_procs(good.substr(0, n))) << n;
+}
+
 }  // namespace
 }  // namespace accrun::launcher
