@@ -497,6 +497,7 @@ void Daemon::on_spawn(SpawnRequest req, std::function<void(int, std::string)> do
                          " process(es) was refused: " + why);
     done(status, std::string());
   };
+  if (parent == nullptr) return refuse(PMIX_ERR_BAD_PARAM, "the caller is not a process of this job on this host");
   if (total <= 0) return refuse(PMIX_ERR_BAD_PARAM, "it asks for no processes");
   if (terminating_) return refuse(PMIX_ERR_OUT_OF_RESOURCE, "the job is ending");
   Env base = spawn_base_env();

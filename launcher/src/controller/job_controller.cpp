@@ -507,7 +507,8 @@ void Controller::on_spawn_request(int agent, const wire::Frame& f) {
   // The job's rank a spawn descends from, through spawned processes.
   int spawner = request.requester;
   if (auto s = spawner_of_.find(spawner); s != spawner_of_.end()) spawner = s->second;
-  if (agent_of_proc(request.requester) != agent) return on_lost(agent, "sent a spawn request for a process it does not run");
+  if (agent_of_proc(request.requester) != agent)
+    return refuse(PMIX_ERR_BAD_PARAM, "the request names a process its host does not run");
   if (terminating_) return refuse(PMIX_ERR_OUT_OF_RESOURCE, "the job is ending");
   std::vector<bool> live(plan_.hosts.size(), false);
   for (size_t h = 0; h < plan_.hosts.size(); ++h) live[h] = !done_[static_cast<size_t>(agent_of_host_[h])];
