@@ -544,6 +544,7 @@ void Daemon::spawn_launch(const SpawnLaunch& l, std::function<void(int, std::str
   job.node = node_of_host[static_cast<size_t>(cfg_.host)];
   job.tmpdir = rendezvous_ + "/job";
   job.nsdir = rendezvous_ + "/job";
+  job.app_of = l.app_of;
   pmix_proc_t parent_proc;
   if (pmix_->proc_of(l.requester, &parent_proc)) job.parent = parent_proc;
   if (Status s = pmix_->register_spawned(job, l.base); !s) return done(PMIX_ERROR, s.message());

@@ -776,10 +776,31 @@ Status PmixServer::register_nspace(const PmixJob& job, const std::vector<int>& m
   list.add_string(PMIX_MAPBY, "slot");
   list.add_string(PMIX_RANKBY, "slot");
   list.add_string(PMIX_BINDTO, job.bind_to);
-  // One application.
-  list.add_u32(PMIX_APPNUM, 0);
-  list.add_u32(PMIX_APP_SIZE, job.size);
-  list.add_rank(PMIX_APPLDR, 0);
+  // Its applications (one, but for MPI_Comm_spawn_multiple): each one's
+  // number, size and leader, and each rank's number and rank in it.
+  std::vector<int> app_of = job.app_of;
+  if (app_of.size() != static_cast<size_t>(job.size)) app_of.assign(static_cast<size_t>(job.size), 0);
+  int napps = app_of.empty() ? 1 : *std::max_element(app_of.begin(), app_of.end()) + 1;
+  std::vector<int> app_size(static_cast<size_t>(napps), 0), app_leader(static_cast<size_t>(napps), -1);
+  std::vector<int> app_rank(static_cast<size_t>(job.size), 0);
+  for (int r = 0; r < job.size; ++r) {
+    size_t a = static_cast<size_t>(app_of[static_cast<size_t>(r)]);
+    if (app_leader[a] < 0) app_leader[a] = r;
+    app_rank[static_cast<size_t>(r)] = app_size[a]++;
+  }
+  if (napps == 1) {
+    list.add_u32(PMIX_APPNUM, 0);
+    list.add_u32(PMIX_APP_SIZE, job.size);
+    list.add_rank(PMIX_APPLDR, 0);
+  } else {
+    for (int a = 0; a < napps; ++a) {
+      InfoList app;
+      app.add_u32(PMIX_APPNUM, static_cast<uint32_t>(a));  // must come first
+      app.add_u32(PMIX_APP_SIZE, static_cast<uint32_t>(app_size[static_cast<size_t>(a)]));
+      app.add_rank(PMIX_APPLDR, static_cast<pmix_rank_t>(std::max(app_leader[static_cast<size_t>(a)], 0)));
+      list.add_array(PMIX_APP_INFO_ARRAY, app);
+    }
+  }
   if (job.parent) {
     list.add(PMIX_PARENT_ID, &*job.parent, PMIX_PROC);
     list.add_bool(PMIX_SPAWNED, true);
@@ -805,9 +826,9 @@ Status PmixServer::register_nspace(const PmixJob& job, const std::vector<int>& m
   for (int r = 0; r < job.size; ++r) {
     InfoList proc;
     proc.add_rank(PMIX_RANK, static_cast<pmix_rank_t>(r));  // must come first
-    proc.add_u32(PMIX_APPNUM, 0);
+    proc.add_u32(PMIX_APPNUM, static_cast<uint32_t>(app_of[static_cast<size_t>(r)]));
     proc.add_rank(PMIX_GLOBAL_RANK, static_cast<pmix_rank_t>(r));
-    proc.add_rank(PMIX_APP_RANK, static_cast<pmix_rank_t>(r));
+    proc.add_rank(PMIX_APP_RANK, static_cast<pmix_rank_t>(app_rank[static_cast<size_t>(r)]));
     proc.add_u16(PMIX_LOCAL_RANK, local_rank[r]);
     proc.add_u16(PMIX_NODE_RANK, local_rank[r]);
     proc.add_u32(PMIX_NODEID, static_cast<uint32_t>(node_of[r]));

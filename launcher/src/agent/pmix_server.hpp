@@ -88,6 +88,7 @@ struct PmixJob {
   std::string nsdir;                    // PMIX_NSDIR
   std::string bind_to = "none";
   std::optional<pmix_proc_t> parent;   // a spawned job: the process that spawned it (PMIX_PARENT_ID)
+  std::vector<int> app_of;              // per rank: its application (PMIX_APPNUM); empty: one application
 };
 
 // The PMIx server and the job's name directory.  One per process (the PMIx

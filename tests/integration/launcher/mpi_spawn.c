@@ -7,6 +7,8 @@
 //   child-fails   spawned process 1 exits with status 5 after connecting
 //   missing       the parent spawns a program that does not exist
 //   universe      rank 0 prints MPI_UNIVERSE_SIZE and nothing is spawned
+//   multiple      MPI_Comm_spawn_multiple of two applications, COUNT each;
+//                 the children also print their MPI_APPNUM
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +36,15 @@ int main(int argc, char** argv) {
   } else if (parent == MPI_COMM_NULL) {
     char* child_argv[] = {argc > 1 ? argv[1] : "2", (char*)mode, argc > 3 ? argv[3] : NULL, NULL};
     const char* program = strcmp(mode, "missing") == 0 ? "accrun-no-such-program" : argv[0];
-    MPI_Comm_spawn(program, child_argv, count, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter, MPI_ERRCODES_IGNORE);
+    if (strcmp(mode, "multiple") == 0) {
+      char* commands[2] = {argv[0], argv[0]};
+      char** argvs[2] = {child_argv, child_argv};
+      int counts[2] = {count, count};
+      MPI_Info infos[2] = {MPI_INFO_NULL, MPI_INFO_NULL};
+      MPI_Comm_spawn_multiple(2, commands, argvs, counts, infos, 0, MPI_COMM_WORLD, &inter, MPI_ERRCODES_IGNORE);
+    } else {
+      MPI_Comm_spawn(program, child_argv, count, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter, MPI_ERRCODES_IGNORE);
+    }
     int remote = 0, sum = 0;
     MPI_Comm_remote_size(inter, &remote);
     if (rank == 0) {
@@ -66,6 +76,12 @@ int main(int argc, char** argv) {
     printf("child rank=%d size=%d got=%d total=%d env=%s,%s,%s,%s job=%s host=%s\n", rank, size, x - 1, total,
            env_or("ACCRUN_RANK"), env_or("ACCRUN_SIZE"), env_or("ACCRUN_SPAWNED_BY"), env_or("ACCRUN_NAMESPACE"),
            env_or("ACCRUN_JOB_ID"), env_or("ACCRUN_HOST"));
+    if (strcmp(mode, "multiple") == 0) {
+      int* appnum = NULL;
+      int flag = 0;
+      MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &appnum, &flag);
+      printf("child rank=%d appnum=%d\n", rank, flag ? *appnum : -1);
+    }
     MPI_Comm_free(&merged);
     MPI_Comm_disconnect(&parent);
   }

@@ -532,6 +532,18 @@ TEST(Launcher, MpiCommSpawnBeyondTheHostsSlotsIsRefused) {
   EXPECT_EQ(spawn_programs_running(token), 0);
 }
 
+TEST(Launcher, MpiCommSpawnMultipleNumbersTheApplications) {
+  std::string token = spawn_token("MpiCommSpawnMultipleNumbersTheApplications");
+  // Two applications of 1 process each: ranks 0 and 1 of one namespace,
+  // MPI_APPNUM 0 and 1.
+  RunResult r = run({"-n", "1", MPI_SPAWN_EXE, "1", "multiple", token});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("parent rank=0 size=1 remote=2 sum=23 merged=3 total=501"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("child rank=0 appnum=0\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("child rank=1 appnum=1\n"), std::string::npos) << r.out;
+  EXPECT_EQ(spawn_programs_running(token), 0);
+}
+
 TEST(Launcher, MpiCommSpawnOfAMissingProgramSaysSo) {
   std::string token = spawn_token("MpiCommSpawnOfAMissingProgramSaysSo");
   RunResult r = run({"-n", "1", MPI_SPAWN_EXE, "1", "missing", token});
