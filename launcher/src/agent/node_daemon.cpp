@@ -15,6 +15,7 @@
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -167,6 +168,22 @@ struct OutStream {
 // Tags in epoll's data: what became ready.
 constexpr uint64_t kTagSignal = 1, kTagQueue = 2, kTagStdin = 3, kTagUpstream = 4, kTagStream = 1ULL << 32, kTagTarget = 1ULL << 33,
                    kTagPmi = 1ULL << 34;
+
+// Grows this process's file descriptor table to hold `fds` descriptors
+// while no other thread shares it.  Every rank costs about six descriptors
+// (two output pipes, a PMI socket, their ends until the fork); growing the
+// table past a power of two once the PMIx server's threads run waits for
+// an RCU grace period (about 10 ms here, seen at the 40th of 64 ranks).
+void reserve_fd_table(size_t fds) {
+  struct rlimit rl {};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
+  size_t want = std::min<size_t>(fds, static_cast<size_t>(rl.rlim_cur) - 1);
+  if (want < 64) return;
+  int spare = fcntl(0, F_GETFD) < 0 ? open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
+  int fd = fcntl(spare >= 0 ? spare : 0, F_DUPFD_CLOEXEC, static_cast<int>(want));
+  if (fd >= 0) close(fd);
+  if (spare >= 0) close(spare);
+}
 
 // -x: NAME=VALUE, or NAME as accrun's environment has it.
 void apply_exports(Env& env, const RunConfig& cfg) {
@@ -913,6 +930,7 @@ int Daemon::prepare_output_dir() {
 int Daemon::setup_and_spawn() {
   for (const auto& r : plan_.ranks)
     if (r.host == cfg_.host) local_ranks_.push_back(r.rank);
+  reserve_fd_table(64 + 8 * local_ranks_.size());
   if (cfg_.command.empty()) {
     say(cfg_.err_fd, "no program given (usage: accrun -n N program [args...])");
     return 2;
