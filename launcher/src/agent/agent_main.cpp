@@ -234,6 +234,7 @@ Result<int> step_index(const AgentLaunch& launch, const std::string& self, char*
 
 int daemon_main(const Options&, char** envp) {
   signal(SIGPIPE, SIG_IGN);
+  const detect::HwlocPluginHold hwloc_plugins;  // this host's detection and its PMIx server share one load
   char self[256] = {};
   gethostname(self, sizeof self - 1);
   auto text = read_description();
