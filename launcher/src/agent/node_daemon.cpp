@@ -185,6 +185,12 @@ void reserve_fd_table(size_t fds) {
   if (spare >= 0) close(spare);
 }
 
+// Signals the process group a rank (or spawned process) leads.  Each leads
+// a session of its own, so its group is orphaned, and the kernel discards
+// SIGTSTP (Ctrl-Z) sent to an orphaned group: the ranks get SIGSTOP
+// instead, as mpiexec.hydra's do.
+void signal_group(pid_t leader, int sig) { kill(-leader, sig == SIGTSTP ? SIGSTOP : sig); }
+
 // -x: NAME=VALUE, or NAME as accrun's environment has it.
 void apply_exports(Env& env, const RunConfig& cfg) {
   for (const auto& [k, v] : cfg.exports) {
@@ -681,7 +687,7 @@ void Daemon::signal_procs(int sig, bool stop, const std::vector<int>& ids) {
     RankState* r = state_of(id);
     if (r == nullptr) continue;  // not this host's
     if (stop) r->stop_requested = true;
-    if (r->running) kill(-r->pid, sig);
+    if (r->running) signal_group(r->pid, sig);
   }
 }
 
@@ -749,7 +755,7 @@ void Daemon::terminate_all(int sig) {
       kill_deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(cfg_.kill_grace_s * 1000));
   }
   for (auto& [rank, s] : ranks_)
-    if (s.running) kill(-s.pid, sig);
+    if (s.running) signal_group(s.pid, sig);
 }
 
 void Daemon::reap() {

@@ -181,7 +181,13 @@ __attribute__((noinline)) pid_t spawn_child(const char* path, char* const* argv,
   // started accrun in the background leaves SIGINT ignored, and an ignored
   // signal stays ignored across execve (ranks would not see Ctrl-C).
   for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2, SIGTSTP}) signal(s, SIG_DFL);
-  setpgid(0, 0);
+  // A session of its own (and so a process group of its own, whose id is
+  // its pid), as mpiexec.hydra and slurmstepd start tasks: with the
+  // kernel's autogroup scheduling each session is one scheduling group, so
+  // on a loaded host every rank gets its share, not all ranks together one.
+  // (The parent is suspended until execve: nothing can make this process a
+  // group leader first, which would make setsid fail.)
+  if (setsid() < 0) setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // accrun died before the line above
   dup2(c.in_fd, 0);

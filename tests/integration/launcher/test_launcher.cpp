@@ -576,6 +576,23 @@ TEST(Launcher, Mpi4pyOneLiner) {
   EXPECT_EQ(lines, (std::set<std::string>{"0 3 6", "1 3 6", "2 3 6"})) << r.out << r.err;
 }
 
+// Each rank leads a session of its own (as mpiexec.hydra's ranks do), so
+// that under autogroup scheduling each rank is its own scheduling group.
+TEST(Launcher, EachRankLeadsItsOwnSession) {
+  // /proc/self/stat of the shell: pid, then after the command, the state,
+  // ppid, pgrp and session.
+  RunResult r = run({"-n", "3", "sh", "-c", "read -r pid rest < /proc/$$/stat; set -- $rest; echo $pid $4 $5"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto lines = lines_of(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  for (const auto& l : lines) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(l, m, std::regex("(\\d+) (\\d+) (\\d+)"))) << l;
+    EXPECT_EQ(m[1], m[2]) << "its own process group: " << l;
+    EXPECT_EQ(m[1], m[3]) << "its own session: " << l;
+  }
+}
+
 // ------------------------------------------------------ exit statuses
 
 TEST(Launcher, ExitStatuses) {
