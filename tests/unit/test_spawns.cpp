@@ -170,6 +170,23 @@ TEST(SpawnMessages, RoundTripAndRejectGarbage) {
   for (size_t n = 0; n < req.size(); ++n) EXPECT_FALSE(msg::decode_spawn_request(req.substr(0, n))) << n;
 }
 
+// Fence signatures: what the agents write and both the agents and the
+// controller read to know a round's members.
+TEST(SpawnMessages, FenceSignatures) {
+  auto all = msg::parse_signature("*");
+  ASSERT_TRUE(all);
+  EXPECT_TRUE(all->all);
+  auto pmi = msg::parse_signature("pmi:*");
+  ASSERT_TRUE(pmi);
+  EXPECT_TRUE(pmi->all);
+  auto some = msg::parse_signature("connect:0,3," + std::to_string(kSpawnedIdBase + 1));
+  ASSERT_TRUE(some);
+  EXPECT_FALSE(some->all);
+  EXPECT_EQ(some->ids, (std::vector<int>{0, 3, kSpawnedIdBase + 1}));
+  for (const char* bad : {"", "connect:", "1,,2", "1,", "-1", "x", "9999999999", "1;2"})
+    EXPECT_FALSE(msg::parse_signature(bad)) << bad;
+}
+
 TEST(SpawnMessages, SignalProcs) {
   auto back = msg::decode_signal_procs(msg::encode_signal_procs(15, true, {3, kSpawnedIdBase + 1}));
   ASSERT_TRUE(back) << back.status().message();

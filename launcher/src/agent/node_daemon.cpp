@@ -45,6 +45,7 @@
 #include "agent/pmix_server.hpp"
 #include "agent/spawn.hpp"
 #include "agent/stdin_forwarder.hpp"
+#include "controller/protocol.hpp"
 #include "pmi/pmi_host.hpp"
 #include "wire/connection.hpp"
 
@@ -276,7 +277,13 @@ class Daemon final : public ClientEvents, public DaemonControl {
   std::string name_of(const RankState& r) const {
     return r.label.empty() ? "rank " + std::to_string(r.rank) : r.label;
   }
-  Env spawn_base_env() const;
+  Env spawn_env(const SpawnApp& a) const;
+  // The --tag-output prefix of a process named `name` ("3", "spawn1:0").
+  std::string tag_prefix(const std::string& name) const {
+    if (!cfg_.tag_output) return "";
+    const std::string& here = plan_.hosts[static_cast<size_t>(cfg_.host)].inventory.host;
+    return plan_.hosts.size() > 1 ? "[" + here + ":" + name + "] " : "[" + name + "] ";
+  }
   std::optional<std::string> spawn_wdir(const SpawnApp& a) const;
   Resolved spawn_program(const SpawnApp& a, const Env& env) const;
   void spawn_launch(const SpawnLaunch& launch, std::function<void(int, std::string)> done) override;
@@ -402,20 +409,11 @@ RankState* Daemon::state_of(int rank) {
 }
 
 bool Daemon::all_here(const std::string& signature) const {
-  // "*" or ranks, after a kind such as "pmi:" (the PMI server's fences).
-  std::string_view ranks = signature;
-  if (size_t colon = ranks.find(':'); colon != std::string_view::npos) ranks.remove_prefix(colon + 1);
-  if (ranks == "*") return plan_.hosts.size() == 1;
-  if (ranks.empty()) return false;
-  for (size_t pos = 0; pos < ranks.size();) {
-    size_t comma = std::min(ranks.find(',', pos), ranks.size());
-    size_t r = 0;
-    auto [end, ec] = std::from_chars(ranks.data() + pos, ranks.data() + comma, r);
-    if (ec != std::errc() || end != ranks.data() + comma) return false;
-    if (r >= plan_.ranks.size() && !is_spawned_id(static_cast<int>(std::min<size_t>(r, INT32_MAX)))) return false;
-    if (host_index(static_cast<int>(r)) != cfg_.host) return false;
-    pos = comma + 1;
-  }
+  auto members = msg::parse_signature(signature);
+  if (!members) return false;
+  if (members->all) return plan_.hosts.size() == 1;
+  for (int id : members->ids)
+    if (host_index(id) != cfg_.host) return false;
   return true;
 }
 
@@ -477,16 +475,18 @@ void Daemon::watch_stream(size_t index) {
   epoll_ctl(epfd_, EPOLL_CTL_ADD, streams_[index]->fd, &ev);
 }
 
-// The environment a spawned process starts from (before its own): accrun's,
-// less an enclosing launcher's, then -x.
-Env Daemon::spawn_base_env() const {
-  Env base = filter_inherited(cfg_.inherited);
-  apply_exports(base, cfg_);
-  return base;
+// The environment a spawned process of `a` starts from: accrun's, less an
+// enclosing launcher's, then -x, then the application's own ("NAME=value").
+Env Daemon::spawn_env(const SpawnApp& a) const {
+  Env env = filter_inherited(cfg_.inherited);
+  apply_exports(env, cfg_);
+  for (const std::string& kv : a.env)
+    if (size_t eq = kv.find('='); eq != std::string::npos && eq > 0) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  return env;
 }
 
 // Where an application of a spawn runs: its cwd, else its PMIX_WDIR, else
-// the request's, else --wdir.
+// --wdir (on_spawn puts the request's PMIX_WDIR in the cwd).
 std::optional<std::string> Daemon::spawn_wdir(const SpawnApp& a) const {
   if (!a.cwd.empty()) return a.cwd;
   if (auto w = a.info.find(PMIX_WDIR); w != a.info.end()) return w->second;
@@ -523,14 +523,13 @@ void Daemon::on_spawn(SpawnRequest req, std::function<void(int, std::string)> do
   if (parent == nullptr) return refuse(PMIX_ERR_BAD_PARAM, "the caller is not a process of this job on this host");
   if (total <= 0) return refuse(PMIX_ERR_BAD_PARAM, "it asks for no processes");
   if (terminating_) return refuse(PMIX_ERR_OUT_OF_RESOURCE, "the job is ending");
-  Env base = spawn_base_env();
   for (SpawnApp& a : req.apps) {
-    Env env = base;
-    for (const std::string& kv : a.env)
-      if (size_t eq = kv.find('='); eq != std::string::npos && eq > 0) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-    Resolved res = spawn_program(a, env);
+    // The directory is the requester's, on whichever host: the app's, else
+    // the request's PMIX_WDIR, else --wdir.
+    if (a.cwd.empty() && a.info.count(PMIX_WDIR) == 0)
+      if (auto w = req.info.find(PMIX_WDIR); w != req.info.end()) a.cwd = w->second;
+    Resolved res = spawn_program(a, spawn_env(a));
     if (res.status != 0) return refuse(PMIX_ERR_NOT_FOUND, res.message);
-    // The directory is the requester's, on whichever host.
     if (auto w = spawn_wdir(a); w && a.cwd.empty()) a.cwd = *w;
   }
   up_->spawn(req, std::move(done));
@@ -574,7 +573,6 @@ void Daemon::spawn_launch(const SpawnLaunch& l, std::function<void(int, std::str
   if (job.node < 0) return done(PMIX_SUCCESS, std::string());
   const std::vector<int>& mine = job.ranks_by_node[static_cast<size_t>(job.node)];
 
-  Env base = spawn_base_env();
   int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
   bool oversubscribed = plan_.oversubscribed;
   if (!oversubscribed) {
@@ -591,9 +589,7 @@ void Daemon::spawn_launch(const SpawnLaunch& l, std::function<void(int, std::str
     int rank = mine[li];
     int id = l.base + rank;
     const SpawnApp& a = l.apps[static_cast<size_t>(l.app_of[static_cast<size_t>(rank)])];
-    Env e = base;
-    for (const std::string& kv : a.env)
-      if (size_t eq = kv.find('='); eq != std::string::npos && eq > 0) e[kv.substr(0, eq)] = kv.substr(eq + 1);
+    Env e = spawn_env(a);
     Resolved res = spawn_program(a, e);
     // A program missing on this host fails like a rank's exec.
     std::string path = res.status == 0 ? res.path : a.cmd;
@@ -604,8 +600,7 @@ void Daemon::spawn_launch(const SpawnLaunch& l, std::function<void(int, std::str
     ChildSpec c;
     c.in_fd = devnull;
     std::vector<int> close_after;
-    std::string tag = "spawn" + std::to_string(l.k) + ":" + std::to_string(rank);
-    std::string prefix = !cfg_.tag_output ? "" : plan_.hosts.size() > 1 ? "[" + here + ":" + tag + "] " : "[" + tag + "] ";
+    std::string prefix = tag_prefix("spawn" + std::to_string(l.k) + ":" + std::to_string(rank));
     for (int which = 0; which < 2; ++which) {
       int fd = add_output_pipe(id, which == 0 ? OutKind::kStdout : OutKind::kStderr, prefix);
       if (fd < 0) {
@@ -649,7 +644,6 @@ void Daemon::spawn_launch(const SpawnLaunch& l, std::function<void(int, std::str
     pid_t pid = spawn_child(path.c_str(), argv.data(), c, wdir ? wdir->c_str() : nullptr, self, &report);
     for (int f : close_after) close(f);
     if (pid < 0) return fail("cannot start spawned process " + std::to_string(rank) + ": " + std::strerror(errno));
-    setpgid(pid, pid);
     janitor_.watch_group(pid);
     RankState& st = ranks_[id];
     st.rank = id;
@@ -1190,10 +1184,7 @@ int Daemon::setup_and_spawn() {
       close_after_fork.push_back(c.out_fd);
       close_after_fork.push_back(c.err_fd);
     } else {
-      std::string prefix;
-      if (cfg_.tag_output)
-        prefix = plan_.hosts.size() > 1 ? "[" + host_of(r) + ":" + std::to_string(r) + "] "
-                                        : "[" + std::to_string(r) + "] ";
+      std::string prefix = tag_prefix(std::to_string(r));
       for (int which = 0; which < 2; ++which) {
         int fd = add_output_pipe(r, which == 0 ? OutKind::kStdout : OutKind::kStderr, prefix);
         if (fd < 0) return fail_setup("pipe");
@@ -1271,7 +1262,8 @@ int Daemon::setup_and_spawn() {
       say(cfg_.err_fd, std::string("cannot start rank ") + std::to_string(r) + ": " + std::strerror(errno));
       break;
     }
-    setpgid(pid, pid);  // both sides set it: no window where a signal misses the group
+    // The child leads its own session (and group) before execve, and vfork
+    // holds us until then: no window where a signal misses the group.
     janitor_.watch_group(pid);
     RankState& st = ranks_[r];
     st.rank = r;

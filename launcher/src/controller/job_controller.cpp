@@ -445,25 +445,15 @@ int Controller::launch() {
 
 std::set<int> Controller::participants(const std::string& signature) const {
   std::set<int> out;
-  // A kind before the ranks ("pmi:" for PMI fences, launcher/src/pmi/;
-  // "connect:" and "disconnect:" for PMIx_Connect/Disconnect) keeps their
-  // rounds apart from PMIx fences; "*" spans the job.
-  std::string_view ranks = signature;
-  if (size_t colon = ranks.find(':'); colon != std::string_view::npos) ranks.remove_prefix(colon + 1);
-  if (ranks == "*") {
+  auto members = msg::parse_signature(signature);
+  if (!members) return out;
+  if (members->all) {
     for (size_t a = 0; a < host_of_agent_.size(); ++a)
       if (host_of_agent_[a] >= 0) out.insert(static_cast<int>(a));
     return out;
   }
-  std::string list(ranks);
-  size_t pos = 0;
-  while (pos < list.size()) {
-    size_t comma = list.find(',', pos);
-    if (comma == std::string::npos) comma = list.size();
-    long r = std::strtol(list.c_str() + pos, nullptr, 10);
-    if (int a = r >= 0 && r <= INT32_MAX ? agent_of_proc(static_cast<int>(r)) : -1; a >= 0) out.insert(a);
-    pos = comma + 1;
-  }
+  for (int id : members->ids)
+    if (int a = agent_of_proc(id); a >= 0) out.insert(a);
   return out;
 }
 

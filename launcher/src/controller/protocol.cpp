@@ -1,6 +1,7 @@
 // protocol.cpp — the kLaunch payload (protocol.hpp).
 #include "controller/protocol.hpp"
 
+#include <charconv>
 #include <climits>
 #include <csignal>
 
@@ -176,6 +177,25 @@ Status read_apps(wire::Reader& r, std::vector<SpawnApp>* apps) {
 }
 
 }  // namespace
+
+std::optional<FenceMembers> parse_signature(std::string_view signature) {
+  if (size_t colon = signature.find(':'); colon != std::string_view::npos) signature.remove_prefix(colon + 1);
+  FenceMembers out;
+  if (signature == "*") {
+    out.all = true;
+    return out;
+  }
+  if (signature.empty()) return std::nullopt;
+  for (size_t pos = 0; pos <= signature.size();) {
+    size_t comma = std::min(signature.find(',', pos), signature.size());
+    int id = 0;
+    auto [end, ec] = std::from_chars(signature.data() + pos, signature.data() + comma, id);
+    if (ec != std::errc() || end != signature.data() + comma || id < 0) return std::nullopt;
+    out.ids.push_back(id);
+    pos = comma + 1;
+  }
+  return out;
+}
 
 std::string encode_spawn_request(uint64_t id, const SpawnRequest& request) {
   wire::Writer w;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -148,6 +149,16 @@ Result<std::pair<uint64_t, SpawnRequest>> decode_spawn_request(std::string_view 
 // who, u32 n, n × app (as above), u32 m, m × (u32 host, u32 app).
 std::string encode_spawn_launch(const SpawnLaunch& launch);
 Result<SpawnLaunch> decode_spawn_launch(std::string_view payload);
+
+// A fence round's signature, as the agents' PMIx and PMI servers write it:
+// an optional kind ("pmi:", "connect:", "disconnect:") that keeps rounds of
+// different kinds apart, then "*" (every rank of the job) or the ids of the
+// members (pmix_server.hpp), comma-separated.  nullopt: malformed.
+struct FenceMembers {
+  bool all = false;
+  std::vector<int> ids;
+};
+std::optional<FenceMembers> parse_signature(std::string_view signature);
 
 // kSignalProcs's payload, both ways.
 struct SignalProcs {
