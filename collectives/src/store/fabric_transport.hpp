@@ -113,6 +113,7 @@ class FabricTransport final : public HostLinks {
   std::uint64_t tag_of(int sender, Tag tag, bool body) const;
   std::string error_text(int err) const;
   void close_all();
+  bool broken() const;
   std::unique_lock<std::mutex> enter();
   void progress_loop();
 
@@ -133,6 +134,8 @@ class FabricTransport final : public HostLinks {
   fid_av* av_ = nullptr;
   fid_ep* ep_ = nullptr;
   bool closed_ = false;
+  bool manual_progress_ = false;  // the provider moves data only inside our calls
+  bool failed_ = false;           // the group failed (unborrow())
 
   std::vector<fi_addr_t> addr_;            // FI_ADDR_UNSPEC until looked up
   std::vector<std::size_t> outstanding_;   // copied bytes in flight, per peer
