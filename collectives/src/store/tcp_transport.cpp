@@ -29,6 +29,10 @@ constexpr std::uint32_t kFrameMagic = 0x41435354;  // "ACST"
 constexpr std::uint32_t kHelloMagic = 0x41434848;  // "ACHH"
 constexpr std::size_t kHeadBytes = 16;             // magic, tag, length
 constexpr std::size_t kHelloBytes = 24;            // magic, rank, token
+// A send of more than this left after the socket filled keeps streaming
+// from the caller's buffer while the socket drains within kStreamStallMs.
+constexpr std::size_t kStreamMin = 256 * 1024;
+constexpr int kStreamStallMs = 1;
 
 std::string hex(const unsigned char* p, std::size_t n) {
   static const char d[] = "0123456789abcdef";
@@ -286,14 +290,39 @@ Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t he
   std::size_t sent = 0;
   const std::size_t total = kHeadBytes + head_len + len;
   if (l.outq.empty()) {
-    iovec iov[3] = {{frame, kHeadBytes}, {const_cast<void*>(head), head_len}, {const_cast<void*>(data), len}};
-    msghdr m{};
-    m.msg_iov = iov;
-    m.msg_iovlen = 3;
-    const ssize_t n = ::sendmsg(l.out_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) sent = static_cast<std::size_t>(n);
-    else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-      lose_locked(peer, std::string("broke the connection (") + std::strerror(errno) + ")");
+    const iovec whole[3] = {{frame, kHeadBytes}, {const_cast<void*>(head), head_len}, {const_cast<void*>(data), len}};
+    auto send_from = [&](std::size_t from) -> ssize_t {  // the frame's bytes from `from` on
+      iovec iov[3];
+      int k = 0;
+      for (const iovec& v : whole) {
+        if (from >= v.iov_len) {
+          from -= v.iov_len;
+          continue;
+        }
+        iov[k++] = {static_cast<char*>(v.iov_base) + from, v.iov_len - from};
+        from = 0;
+      }
+      msghdr m{};
+      m.msg_iov = iov;
+      m.msg_iovlen = static_cast<std::size_t>(k);
+      return ::sendmsg(l.out_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    };
+    for (;;) {
+      const ssize_t n = send_from(sent);
+      if (n > 0) sent += static_cast<std::size_t>(n);
+      else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        lose_locked(peer, std::string("broke the connection (") + std::strerror(errno) + ")");
+      // A large message to a peer that is reading streams from the caller's
+      // buffer; only once the socket stays full (the peer does something
+      // else) is the rest copied, so the send still never waits for its
+      // receive.
+      if (n <= 0 || sent == total || borrow || total - sent < kStreamMin || !l.lost.empty()) break;
+      pollfd p{l.out_fd, POLLOUT, 0};
+      lock.unlock();
+      const int ready = ::poll(&p, 1, kStreamStallMs);
+      lock.lock();
+      if (ready <= 0) break;
+    }
   }
   if (sent < total) {
     std::string rest;
@@ -335,28 +364,21 @@ Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t he
 }
 
 Status TcpTransport::recv(int peer, Tag tag, void* data, std::size_t max_len, std::size_t* got, const Wait& w) {
-  Link& l = links_[static_cast<std::size_t>(peer)];
-  auto find = [&]() -> Message* {
-    for (Message& m : l.inbox) {
-      if (m.tag == tag) return &m;
+  std::string whole;
+  bool placed = false;
+  std::size_t length = 0;
+  ACCRUN_RETURN_IF_ERROR(
+      receive_posted(peer, tag, 0, static_cast<char*>(data), max_len, true, &whole, &placed, &length, w));
+  if (!placed) {
+    if (whole.size() > max_len) {
+      return invalid_argument("group '" + name_ + "': " + w.op + ": the message from " + describe(peer) + " has " +
+                              std::to_string(whole.size()) + " bytes, more than the " + std::to_string(max_len) +
+                              " the receive buffer holds");
     }
-    return nullptr;
-  };
-  ACCRUN_RETURN_IF_ERROR(wait_for([&] { return find() != nullptr; }, peer, w, "a message"));
-  Message* m = find();
-  if (m->bytes.size() > max_len) {
-    return invalid_argument("group '" + name_ + "': " + w.op + ": the message from " + describe(peer) + " has " +
-                            std::to_string(m->bytes.size()) + " bytes, more than the " + std::to_string(max_len) +
-                            " the receive buffer holds");
+    if (!whole.empty()) std::memcpy(data, whole.data(), whole.size());
+    length = whole.size();
   }
-  std::memcpy(data, m->bytes.data(), m->bytes.size());
-  *got = m->bytes.size();
-  for (auto it = l.inbox.begin(); it != l.inbox.end(); ++it) {
-    if (&*it == m) {
-      l.inbox.erase(it);
-      break;
-    }
-  }
+  *got = length;
   return Status::ok();
 }
 
@@ -375,30 +397,40 @@ Status TcpTransport::recv_message(int peer, Tag tag, std::string* out, const Wai
 
 Status TcpTransport::recv_split(int peer, Tag tag, std::size_t keep, char* dest, std::size_t len,
                                 std::string* head, bool* placed, const Wait& w) {
+  std::size_t length = 0;
+  ACCRUN_RETURN_IF_ERROR(receive_posted(peer, tag, keep, dest, len, false, head, placed, &length, w));
+  if (!*placed && head->size() == keep + len) {
+    std::memcpy(dest, head->data() + keep, len);  // it came before the receive was posted
+    head->resize(keep);
+    *placed = true;
+  }
+  return Status::ok();
+}
+
+Status TcpTransport::receive_posted(int peer, Tag tag, std::size_t keep, char* dest, std::size_t len, bool up_to,
+                                    std::string* head, bool* placed, std::size_t* length, const Wait& w) {
   Link& l = links_[static_cast<std::size_t>(peer)];
   auto find = [&] {
     return std::find_if(l.inbox.begin(), l.inbox.end(), [&](const Message& m) { return m.tag == tag; });
   };
-  l.post = Link::Post{true, false, tag, keep, dest, len};
+  l.post = Link::Post{true, false, tag, keep, dest, len, up_to};
   Status st = wait_for([&] { return find() != l.inbox.end(); }, peer, w, "a message", tag == kCollective);
   const bool matched = l.post.matched;
   l.post = Link::Post{};
   if (!st.is_ok()) {
     if (matched && l.in_body && l.direct == dest) {
-      // Still arriving: the rest goes to a buffer of the transport's own.
+      // Still arriving: it goes on in a buffer of the transport's own, with
+      // what came so far, and a later receive gets it whole.
       l.spill.assign(l.body_total - l.body_keep, '\0');
+      if (l.body_got > l.body_keep) std::memcpy(l.spill.data(), dest, l.body_got - l.body_keep);
       l.direct = l.spill.data();
     }
     return st;
   }
   auto it = find();
   *placed = it->placed;
+  *length = it->length;
   *head = std::move(it->bytes);
-  if (!*placed && head->size() == keep + len) {
-    std::memcpy(dest, head->data() + keep, len);  // it came before the receive was posted
-    head->resize(keep);
-    *placed = true;
-  }
   l.inbox.erase(it);
   return Status::ok();
 }
@@ -548,8 +580,19 @@ void TcpTransport::read_link(int peer) {
   Link& l = links_[static_cast<std::size_t>(peer)];
   // Where body byte `at` (of the frame) belongs.
   auto place = [&l](std::size_t at) { return at < l.body_keep ? l.body.data() + at : l.direct + (at - l.body_keep); };
-  auto finish = [&l] {
-    l.inbox.push_back(Message{l.in_tag, std::move(l.body), l.direct != nullptr});
+  // Whether the message just finished was the posted receive's: the caller
+  // has what it waits for, and what follows stays in the socket until a
+  // receive is posted for it (then it too goes straight to its buffer).
+  bool posted_done = false;
+  auto finish = [&l, &posted_done] {
+    posted_done = posted_done || (l.post.matched && l.direct == l.post.dest && l.direct != nullptr);
+    if (l.direct != nullptr && !l.spill.empty() && l.direct == l.spill.data()) {
+      // Its receive gave up: the message is whole here, for a later one.
+      l.body += l.spill;
+      l.spill.clear();
+      l.direct = nullptr;
+    }
+    l.inbox.push_back(Message{l.in_tag, std::move(l.body), l.direct != nullptr, l.body_total});
     l.body.clear();
     l.direct = nullptr;
     l.in_body = false;
@@ -560,7 +603,12 @@ void TcpTransport::read_link(int peer) {
     const std::size_t run = l.body_got < l.body_keep ? l.body_keep - l.body_got : body_left;
     const bool direct = l.in_body && std::min(run, body_left) >= sizeof stage_;
     char* into = direct ? place(l.body_got) : stage_;
-    const std::size_t want = direct ? std::min(run, body_left) : sizeof stage_;
+    // While a receive is posted, a body's tail is read alone: the next
+    // frame's header then starts a read of its own, and its body can go
+    // straight to the posted buffer.
+    const std::size_t want = direct                               ? std::min(run, body_left)
+                             : l.in_body && l.post.active && body_left > 0 ? std::min(sizeof stage_, body_left)
+                                                                      : sizeof stage_;
     const ssize_t n = ::recv(l.in_fd, into, want, MSG_DONTWAIT);
     if (n == 0) {
       l.in_closed = true;
@@ -600,7 +648,9 @@ void TcpTransport::read_link(int peer) {
           Link::Post& po = l.post;
           const bool earlier = std::any_of(l.inbox.begin(), l.inbox.end(),
                                            [&](const Message& m) { return m.tag == l.in_tag; });
-          if (po.active && !po.matched && po.tag == l.in_tag && !earlier && l.body_total == po.keep + po.len) {
+          const bool fits = po.up_to ? l.body_total >= po.keep && l.body_total <= po.keep + po.len
+                                     : l.body_total == po.keep + po.len;
+          if (po.active && !po.matched && po.tag == l.in_tag && !earlier && fits) {
             po.matched = true;
             l.body_keep = po.keep;
             l.direct = po.dest;
@@ -622,7 +672,7 @@ void TcpTransport::read_link(int peer) {
       }
     }
     if (l.in_body && l.body_got == l.body_total) finish();
-    if (got < want) return;  // the socket is drained
+    if (got < want || posted_done) return;  // the socket is drained, or the caller has its message
   }
 }
 

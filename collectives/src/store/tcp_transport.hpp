@@ -90,6 +90,7 @@ class TcpTransport final : public Transport, public HostLinks {
     std::uint32_t tag;
     std::string bytes;    // the whole message, or its kept head when placed
     bool placed = false;  // the rest went to a posted receive's buffer
+    std::size_t length = 0;  // the whole message's
   };
   struct Link {
     std::string address;  // "port ip,ip token" as published; empty until looked up
@@ -118,13 +119,14 @@ class TcpTransport final : public Transport, public HostLinks {
     char* direct = nullptr;      // where bytes past body_keep go (a posted receive)
     std::string spill;           // stands in for `direct` once its receive gave up
     bool in_body = false;
-    struct Post {                // recv_split waiting for its message
+    struct Post {                // a receive waiting for its message
       bool active = false;
       bool matched = false;      // the frame being read is it
       std::uint32_t tag = 0;
       std::size_t keep = 0;
       char* dest = nullptr;
       std::size_t len = 0;
+      bool up_to = false;        // a message of at most keep + len bytes fits (else exactly)
     } post;
     std::deque<Message> inbox;  // whole messages not yet asked for
     bool in_closed = false;     // the peer closed its connection to us
@@ -146,6 +148,11 @@ class TcpTransport final : public Transport, public HostLinks {
   // waiting up to timeout_ms for something to be.
   void progress(int timeout_ms);
   void read_link(int peer);
+  // Waits for the next message of `tag` from `peer`: its first `keep`
+  // bytes to `head`, the rest straight into `dest` as it arrives when it
+  // fits (`*placed`), else all of it to `head`.
+  Status receive_posted(int peer, Tag tag, std::size_t keep, char* dest, std::size_t len, bool up_to,
+                        std::string* head, bool* placed, std::size_t* length, const Wait& w);
   void write_link_locked(int peer);
   void write_loop();
   void wake_writer();
