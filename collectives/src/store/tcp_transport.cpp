@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <optional>
 #include <sstream>
 
@@ -30,9 +31,9 @@ constexpr std::uint32_t kHelloMagic = 0x41434848;  // "ACHH"
 constexpr std::size_t kHeadBytes = 16;             // magic, tag, length
 constexpr std::size_t kHelloBytes = 24;            // magic, rank, token
 // A send of more than this left after the socket filled keeps streaming
-// from the caller's buffer while the socket drains within kStreamStallMs.
+// from the caller's buffer while the socket drains within kStreamStall.
 constexpr std::size_t kStreamMin = 256 * 1024;
-constexpr int kStreamStallMs = 1;
+constexpr timespec kStreamStall{0, 100'000};  // 100 us
 
 std::string hex(const unsigned char* p, std::size_t n) {
   static const char d[] = "0123456789abcdef";
@@ -309,17 +310,20 @@ Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t he
     };
     for (;;) {
       const ssize_t n = send_from(sent);
-      if (n > 0) sent += static_cast<std::size_t>(n);
-      else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-        lose_locked(peer, std::string("broke the connection (") + std::strerror(errno) + ")");
+      if (n > 0) {
+        sent += static_cast<std::size_t>(n);
+      } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        if (n < 0) lose_locked(peer, std::string("broke the connection (") + std::strerror(errno) + ")");
+        break;
+      }
       // A large message to a peer that is reading streams from the caller's
       // buffer; only once the socket stays full (the peer does something
       // else) is the rest copied, so the send still never waits for its
       // receive.
-      if (n <= 0 || sent == total || borrow || total - sent < kStreamMin || !l.lost.empty()) break;
+      if (sent == total || borrow || total - sent < kStreamMin || !l.lost.empty()) break;
       pollfd p{l.out_fd, POLLOUT, 0};
       lock.unlock();
-      const int ready = ::poll(&p, 1, kStreamStallMs);
+      const int ready = ::ppoll(&p, 1, &kStreamStall, nullptr);
       lock.lock();
       if (ready <= 0) break;
     }
