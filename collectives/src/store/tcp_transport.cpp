@@ -33,7 +33,7 @@ constexpr std::size_t kHelloBytes = 24;            // magic, rank, token
 // A send of more than this left after the socket filled keeps streaming
 // from the caller's buffer while the socket drains within kStreamStall.
 constexpr std::size_t kStreamMin = 256 * 1024;
-constexpr timespec kStreamStall{0, 100'000};  // 100 us
+constexpr timespec kStreamStall{0, 1'000'000};  // 1 ms
 
 std::string hex(const unsigned char* p, std::size_t n) {
   static const char d[] = "0123456789abcdef";
