@@ -89,6 +89,18 @@ Status HierGroup::setup(const GroupContext& ctx, int setup_timeout_ms) {
   auto t = make_host_links(ctx.host_transport, ctx, std::move(needs), defaults.pair_buffer_max);
   if (!t.is_ok()) return t.status();
   links_ = std::move(t).value();
+  if (leader()) {
+    // The leaders' links carry every collective between hosts: made now,
+    // one connection per pair of leaders.
+    std::vector<int> others;
+    for (std::size_t h = 0; h < hosts_.size(); ++h)
+      if (static_cast<int>(h) != my_host_) others.push_back(hosts_[h].front());
+    Wait w;
+    w.op = "group creation";
+    w.timeout_ms = setup_timeout_ms;
+    if (setup_timeout_ms >= 0) w.deadline = Clock::now() + std::chrono::milliseconds(setup_timeout_ms);
+    ACCRUN_RETURN_IF_ERROR(links_->pair_up(others, w));
+  }
   log(LogLevel::kDebug, "group %s: store backend ready (%d ranks on %zu hosts, shm inside a host, %s between; %s)",
       name_.c_str(), size_, hosts_.size(), links_->name(),
       leader() ? "this rank leads its host" : "led by its host's lowest rank");

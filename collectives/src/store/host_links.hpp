@@ -58,6 +58,13 @@ class HostLinks {
   virtual Status flush(const Wait& w) = 0;
   // "group rank 3 (job rank 7 on host n2)", for messages.
   virtual std::string describe(int peer) const = 0;
+  // Sets up the links to `peers` now, at group creation, where a transport
+  // wants them made in a fixed order (TCP: one connection per pair).
+  virtual Status pair_up(const std::vector<int>& peers, const Wait& w) {
+    (void)peers;
+    (void)w;
+    return Status::ok();
+  }
 };
 
 // "group rank 3 (job rank 7 on host n2)": a member, in messages.

@@ -144,9 +144,22 @@ TcpTransport::~TcpTransport() {
   if (wake_fd_ >= 0) ::close(wake_fd_);
   for (Link& l : links_) {
     if (l.out_fd >= 0) ::close(l.out_fd);
-    if (l.in_fd >= 0) ::close(l.in_fd);
+    if (l.in_fd >= 0 && l.in_fd != l.out_fd) ::close(l.in_fd);
   }
-  for (Pending& p : pending_) ::close(p.fd);
+  // Connections not looked at yet: their hellos read (so they end with a
+  // close, not a reset), then refused.
+  if (listen_fd_ >= 0) {
+    for (int fd; (fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;)
+      pending_.push_back(Pending{fd, {}, 0});
+  }
+  for (Pending& p : pending_) {
+    while (p.got < kHelloBytes) {
+      const ssize_t n = ::recv(p.fd, p.hello + p.got, kHelloBytes - p.got, MSG_DONTWAIT);
+      if (n <= 0) break;
+      p.got += static_cast<std::size_t>(n);
+    }
+    ::close(p.fd);
+  }
   if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 
@@ -192,6 +205,13 @@ Status TcpTransport::listen_and_publish() {
 Status TcpTransport::connect_to(int peer, const Wait& w) {
   Link& l = links_[static_cast<std::size_t>(peer)];
   if (l.out_fd >= 0) return Status::ok();
+  if (l.in_fd >= 0 && !l.in_ours) {
+    // The peer connected first: its connection carries our messages too,
+    // and each message's acknowledgement rides on the answer.
+    std::lock_guard<std::mutex> lock(out_mu_);
+    l.out_fd = l.in_fd;
+    return Status::ok();
+  }
   const std::string where = "group '" + name_ + "': " + w.op + ": connecting to " + describe(peer);
   if (l.address.empty()) {
     Result<std::string> v = rendezvous_->lookup("tcp.addr." + std::to_string(peer), remaining_ms(w, 1 << 30));
@@ -236,6 +256,10 @@ Status TcpTransport::connect_to(int peer, const Wait& w) {
     std::memcpy(hello + 8, token, 16);
     std::lock_guard<std::mutex> lock(out_mu_);
     l.out_fd = fd;
+    if (l.in_fd < 0) {  // the peer may answer on it
+      l.in_fd = fd;
+      l.in_ours = true;
+    }
     l.outq.emplace_front();  // goes first
     l.outq.front().own.assign(reinterpret_cast<const char*>(hello), sizeof hello);
     l.queued += sizeof hello;
@@ -455,7 +479,6 @@ template <class Ready>
 Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* what, bool watch_all) {
   const auto start = Clock::now();
   auto next_check = start;
-  unsigned turn = 0;
   for (;;) {
     if (ready()) return Status::ok();
     const auto now = Clock::now();
@@ -488,9 +511,10 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
     // between the checks above.
     if (now - start < std::chrono::microseconds(200)) {
       // While spinning, a recv on the awaited link is cheaper than a poll of
-      // every socket; the others are looked at every 16th turn.
+      // every socket; the others (and the listener) are looked at every
+      // 16th turn, counted across calls.
       const Link& l = links_[static_cast<std::size_t>(std::max(peer, 0))];
-      if (peer >= 0 && l.in_fd >= 0 && !l.in_closed && (++turn & 15) != 0) {
+      if (peer >= 0 && l.in_fd >= 0 && !l.in_closed && (++spin_turn_ & 15) != 0) {
         read_link(peer);
       } else {
         progress(0);
@@ -547,34 +571,79 @@ void TcpTransport::progress(int timeout_ms) {
         if (fd < 0) break;
         const int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        pending_.push_back(Pending{fd, {}, 0});
+        Pending p{fd, {}, 0};
+        if (!take_hello(p)) pending_.push_back(p);  // its hello is usually here already
       }
     } else if (w <= -2) {
-      Pending& p = pending_[static_cast<std::size_t>(-2 - w)];
-      const ssize_t n = ::recv(p.fd, p.hello + p.got, kHelloBytes - p.got, MSG_DONTWAIT);
-      if (n > 0) p.got += static_cast<std::size_t>(n);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-        ::close(p.fd);
-        done_pending.push_back(static_cast<std::size_t>(-2 - w));
-      } else if (p.got == kHelloBytes) {
-        const std::uint32_t from = get32(p.hello + 4);
-        const bool good = get32(p.hello) == kHelloMagic && same_token(p.hello + 8, token_) &&
-                          from < links_.size() && needs_[from] && links_[from].in_fd < 0;
-        if (good) {
-          links_[from].in_fd = p.fd;
-        } else {
-          log(LogLevel::kWarn, "group '%s': TCP transport: refused a connection that did not prove it belongs to the group",
-              name_.c_str());
-          ::close(p.fd);
-        }
-        done_pending.push_back(static_cast<std::size_t>(-2 - w));
-      }
+      if (take_hello(pending_[static_cast<std::size_t>(-2 - w)])) done_pending.push_back(static_cast<std::size_t>(-2 - w));
     } else {
       read_link(w);
     }
   }
   std::sort(done_pending.rbegin(), done_pending.rend());
   for (std::size_t i : done_pending) pending_.erase(pending_.begin() + static_cast<long>(i));
+}
+
+bool TcpTransport::take_hello(Pending& p) {
+  const ssize_t n = ::recv(p.fd, p.hello + p.got, kHelloBytes - p.got, MSG_DONTWAIT);
+  if (n > 0) p.got += static_cast<std::size_t>(n);
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+    ::close(p.fd);
+    return true;
+  }
+  if (p.got < kHelloBytes) return false;
+  const std::uint32_t from = get32(p.hello + 4);
+  Link* l = from < links_.size() ? &links_[from] : nullptr;
+  const bool good = get32(p.hello) == kHelloMagic && same_token(p.hello + 8, token_) && l != nullptr &&
+                    needs_[from] && !l->in_closed && (l->in_fd < 0 || l->in_ours);
+  if (good) {
+    // A peer that connected while we did sends on its own connection only
+    // (and reads ours).
+    l->in_fd = p.fd;
+    l->in_ours = false;
+  } else {
+    log(LogLevel::kWarn, "group '%s': TCP transport: refused a connection that did not prove it belongs to the group",
+        name_.c_str());
+    ::close(p.fd);
+  }
+  return true;
+}
+
+bool TcpTransport::adopt_pending(int peer) {
+  Link& l = links_[static_cast<std::size_t>(peer)];
+  for (;;) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) break;
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    pending_.push_back(Pending{fd, {}, 0});
+  }
+  // Its connection was made before it closed ours, so it is accepted by
+  // now; its hello may still be on its way.
+  const auto until = Clock::now() + std::chrono::milliseconds(200);
+  while (!pending_.empty() && l.in_ours) {
+    std::vector<pollfd> fds;
+    for (const Pending& p : pending_) fds.push_back({p.fd, POLLIN, 0});
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+    if (left <= 0 || ::poll(fds.data(), fds.size(), static_cast<int>(left)) <= 0) break;
+    for (std::size_t i = fds.size(); i-- > 0;)
+      if (fds[i].revents != 0 && take_hello(pending_[i])) pending_.erase(pending_.begin() + static_cast<long>(i));
+  }
+  return !l.in_ours;
+}
+
+Status TcpTransport::pair_up(const std::vector<int>& peers, const Wait& w) {
+  for (int q : peers)
+    if (q > rank_ && reaches(q)) ACCRUN_RETURN_IF_ERROR(connect_to(q, w));
+  return wait_for(
+      [&] {
+        for (int q : peers) {
+          const Link& l = links_[static_cast<std::size_t>(q)];
+          if (q < rank_ && reaches(q) && (l.in_fd < 0 || l.in_ours) && l.lost.empty()) return false;
+        }
+        return true;
+      },
+      -1, w, "the other hosts' leaders to connect", true);
 }
 
 // Reads what the socket holds: a large body straight into its message (or
@@ -615,6 +684,7 @@ void TcpTransport::read_link(int peer) {
                                                                       : sizeof stage_;
     const ssize_t n = ::recv(l.in_fd, into, want, MSG_DONTWAIT);
     if (n == 0) {
+      if (l.in_ours && adopt_pending(peer)) return;  // read on from its own connection
       l.in_closed = true;
       lose(peer, "closed its connection");
       return;

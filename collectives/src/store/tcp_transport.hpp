@@ -84,6 +84,9 @@ class TcpTransport final : public Transport, public HostLinks {
   // Waits until everything queued has been handed to the kernel.
   Status flush(const Wait& w) override;
   std::string describe(int peer) const override;
+  // The lower rank of each pair connects, the higher waits for it: one
+  // connection per pair, whoever sends first.
+  Status pair_up(const std::vector<int>& peers, const Wait& w) override;
 
  private:
   struct Message {
@@ -94,8 +97,13 @@ class TcpTransport final : public Transport, public HostLinks {
   };
   struct Link {
     std::string address;  // "port ip,ip token" as published; empty until looked up
-    int out_fd = -1;      // our messages to the peer (we connected)
-    int in_fd = -1;       // its messages to us (it connected)
+    // One connection carries both ways where one side connected first:
+    // the peer's (then out_fd == in_fd), or ours (in_ours: it may answer
+    // on it).  Where both connected at the same moment, each direction
+    // keeps its own connection.
+    int out_fd = -1;       // our messages to the peer
+    int in_fd = -1;        // its messages to us
+    bool in_ours = false;  // in_fd is the connection we made
     // Bytes the socket has not taken yet: copies, or (a borrowed send) the
     // caller's own memory, valid until it has flushed the link.
     struct Chunk {
@@ -147,6 +155,14 @@ class TcpTransport final : public Transport, public HostLinks {
   // One round of progress: accepts, reads and writes whatever is ready,
   // waiting up to timeout_ms for something to be.
   void progress(int timeout_ms);
+  // Takes what a pending connection sent of its hello: false while it is
+  // incomplete; true once it was taken as its member's connection or
+  // refused (then closed).
+  bool take_hello(Pending& p);
+  // The connection we made to `peer` was closed by it: true if the peer's
+  // own connection to us is waiting (it connected while we did and sent
+  // its messages there), which then carries its messages.
+  bool adopt_pending(int peer);
   void read_link(int peer);
   // Waits for the next message of `tag` from `peer`: its first `keep`
   // bytes to `head`, the rest straight into `dest` as it arrives when it
@@ -177,6 +193,7 @@ class TcpTransport final : public Transport, public HostLinks {
   std::vector<Link> links_;
   std::vector<Pending> pending_;
   std::vector<std::unique_ptr<TaggedChannel>> channels_;
+  unsigned spin_turn_ = 0;  // wait_for's spins, across calls (the caller's thread)
   char stage_[64 * 1024];  // read_link's staging buffer (the caller's thread)
   std::vector<pollfd> poll_fds_;  // progress()'s, kept between calls
   std::vector<int> poll_who_;
