@@ -142,23 +142,14 @@ TcpTransport::~TcpTransport() {
     writer_.join();
   }
   if (wake_fd_ >= 0) ::close(wake_fd_);
+  // Connections not looked at yet: their hellos read (so they end with a
+  // close, not a reset), then closed with the links.
+  if (listen_fd_ >= 0) accept_all();
+  for (Pending& p : pending_)
+    if (!take_hello(p)) ::close(p.fd);
   for (Link& l : links_) {
     if (l.out_fd >= 0) ::close(l.out_fd);
     if (l.in_fd >= 0 && l.in_fd != l.out_fd) ::close(l.in_fd);
-  }
-  // Connections not looked at yet: their hellos read (so they end with a
-  // close, not a reset), then refused.
-  if (listen_fd_ >= 0) {
-    for (int fd; (fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;)
-      pending_.push_back(Pending{fd, {}, 0});
-  }
-  for (Pending& p : pending_) {
-    while (p.got < kHelloBytes) {
-      const ssize_t n = ::recv(p.fd, p.hello + p.got, kHelloBytes - p.got, MSG_DONTWAIT);
-      if (n <= 0) break;
-      p.got += static_cast<std::size_t>(n);
-    }
-    ::close(p.fd);
   }
   if (listen_fd_ >= 0) ::close(listen_fd_);
 }
@@ -566,14 +557,7 @@ void TcpTransport::progress(int timeout_ms) {
       std::lock_guard<std::mutex> lock(out_mu_);
       write_link_locked(w - kOut);
     } else if (w == -1) {
-      for (;;) {
-        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) break;
-        const int one = 1;
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        Pending p{fd, {}, 0};
-        if (!take_hello(p)) pending_.push_back(p);  // its hello is usually here already
-      }
+      accept_all();
     } else if (w <= -2) {
       if (take_hello(pending_[static_cast<std::size_t>(-2 - w)])) done_pending.push_back(static_cast<std::size_t>(-2 - w));
     } else {
@@ -582,6 +566,15 @@ void TcpTransport::progress(int timeout_ms) {
   }
   std::sort(done_pending.rbegin(), done_pending.rend());
   for (std::size_t i : done_pending) pending_.erase(pending_.begin() + static_cast<long>(i));
+}
+
+void TcpTransport::accept_all() {
+  for (int fd; (fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;) {
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    Pending p{fd, {}, 0};
+    if (!take_hello(p)) pending_.push_back(p);  // its hello is usually here already
+  }
 }
 
 bool TcpTransport::take_hello(Pending& p) {
@@ -611,13 +604,7 @@ bool TcpTransport::take_hello(Pending& p) {
 
 bool TcpTransport::adopt_pending(int peer) {
   Link& l = links_[static_cast<std::size_t>(peer)];
-  for (;;) {
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) break;
-    const int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    pending_.push_back(Pending{fd, {}, 0});
-  }
+  accept_all();
   // Its connection was made before it closed ours, so it is accepted by
   // now; its hello may still be on its way.
   const auto until = Clock::now() + std::chrono::milliseconds(200);

@@ -159,6 +159,8 @@ class TcpTransport final : public Transport, public HostLinks {
   // incomplete; true once it was taken as its member's connection or
   // refused (then closed).
   bool take_hello(Pending& p);
+  // Accepts what the listener holds, taking each hello that is there.
+  void accept_all();
   // The connection we made to `peer` was closed by it: true if the peer's
   // own connection to us is waiting (it connected while we did and sent
   // its messages there), which then carries its messages.
