@@ -63,6 +63,37 @@ TEST(LaunchAgent, TreeStartsEveryAgentOnceWithinTheFanout) {
   EXPECT_EQ(tree_depth(0, 8), 0);
 }
 
+TEST(LaunchAgent, EveryAgentsParentStartedIt) {
+  for (int n : {1, 7, 33, 256})
+    for (int fanout : {1, 2, 8, 32})
+      for (int pos = 0; pos <= n; ++pos)
+        for (int k : tree_children(pos, n, fanout)) EXPECT_EQ(tree_parent(k, fanout), pos - 1) << n << " " << fanout;
+}
+
+// Whole-job fences along the tree: each agent waits for its children with
+// ranks; an agent without ranks above one with ranks sends every fence to
+// the controller instead (nothing would relay for it).
+TEST(LaunchAgent, FenceChildrenFollowTheTreeWhereEveryRelayHasRanks) {
+  // fanout 2: agents 0,1 start at the controller; 0 starts 2,3; 1 starts 4,5.
+  auto all = fence_children({true, true, true, true, true, true}, 2);
+  ASSERT_TRUE(all);
+  EXPECT_EQ((*all)[0], (std::vector<int>{2, 3}));
+  EXPECT_EQ((*all)[1], (std::vector<int>{4, 5}));
+  EXPECT_TRUE((*all)[2].empty());
+  // Leaves without ranks are left out of their parents' rounds.
+  auto some = fence_children({true, true, true, false, true, false}, 2);
+  ASSERT_TRUE(some);
+  EXPECT_EQ((*some)[0], (std::vector<int>{2}));
+  EXPECT_EQ((*some)[1], (std::vector<int>{4}));
+  // Agent 1 has no ranks but agent 4 below it does.
+  EXPECT_FALSE(fence_children({true, false, true, true, true, false}, 2));
+  // A chain (fanout 1) whose tail has no ranks is fine.
+  auto chain = fence_children({true, true, false, false}, 1);
+  ASSERT_TRUE(chain);
+  EXPECT_EQ((*chain)[0], (std::vector<int>{1}));
+  EXPECT_TRUE((*chain)[1].empty());
+}
+
 TEST(LaunchAgent, DescriptionRoundTrips) {
   AgentLaunch a;
   a.secret_hex = std::string(64, 'a');
@@ -74,6 +105,7 @@ TEST(LaunchAgent, DescriptionRoundTrips) {
   a.hosts = {"h1", "h2", "h3"};
   a.ids = {4, 5, 6};
   a.options = {{"num-gpus", "2"}};
+  a.parent = "10.0.0.2:39000";
   a.step = true;
   auto b = AgentLaunch::decode(a.encode());
   ASSERT_TRUE(b) << b.status().message();
@@ -86,6 +118,7 @@ TEST(LaunchAgent, DescriptionRoundTrips) {
   EXPECT_EQ(b->hosts, a.hosts);
   EXPECT_EQ(b->ids, a.ids);
   EXPECT_EQ(b->options, a.options);
+  EXPECT_EQ(b->parent, a.parent);
   EXPECT_TRUE(b->step);
   a.step = false;
   EXPECT_FALSE(AgentLaunch::decode(a.encode())->step);
@@ -103,6 +136,7 @@ TEST(LaunchAgent, BadDescriptionsNameTheLine) {
   bad(good + "step 2\nend\n", "line 6: bad step");
   bad(good + "fanout 0\nend\n", "bad fanout");
   bad(good + "colour blue\nend\n", "unknown key 'colour'");
+  bad(good + "parent nowhere\nend\n", "bad parent address 'nowhere'");
   bad(good, "ended before its 'end' line");
   bad("accrun-agent 1\nsecret " + std::string(64, 'b') + "\nindex 3\ncontroller a:1\nhost h1 0\nend\n",
       "index 3 is not one of its 1 hosts");

@@ -29,6 +29,7 @@
 #include "accrun/detect.hpp"
 #include "accrun/hostfile.hpp"
 #include "agent/node_daemon.hpp"
+#include "agent/tree_links.hpp"
 #include "agent/upstream.hpp"
 #include "controller/launch_agent.hpp"
 #include "controller/slurm.hpp"
@@ -121,8 +122,9 @@ std::pair<bool, std::string> detect_here(const AgentLaunch& launch, char** envp)
 // first hand us this host's part of a job.  `local`: this agent was forked
 // by the controller on its own host, and keeps accrun's standard input for
 // the ranks; an agent elsewhere gives its ranks none.
-int serve(int fd, const std::string& me, char** envp, std::vector<LaunchProcess>& children, bool local) {
-  AgentUpstream upstream(fd);
+int serve(int fd, int self, const std::string& me, char** envp, std::vector<LaunchProcess>& children, bool local,
+          TreeLinks* tree) {
+  AgentUpstream upstream(fd, self, tree);
   int status = 0;
   std::optional<Clock::time_point> leave_by;  // after our ranks ended: the shutdown is due
   // Objects this host's ranks put, served to the other hosts' ranks until
@@ -147,9 +149,11 @@ int serve(int fd, const std::string& me, char** envp, std::vector<LaunchProcess>
     // Before its launch the controller may still be waiting for other
     // hosts' agents: beat, but do not judge its silence yet.
     upstream.tick();
-    pollfd p{fd, POLLIN, 0};
-    int rc = poll(&p, 1, 100);
+    pollfd p[2] = {{fd, POLLIN, 0}, {tree ? tree->fd() : -1, POLLIN, 0}};
+    int rc = poll(p, 2, 100);
     if (rc <= 0) continue;
+    if (p[1].revents) tree->on_readable();
+    if (!p[0].revents) continue;
     char buf[65536];
     ssize_t got = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
     if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
@@ -164,6 +168,13 @@ int serve(int fd, const std::string& me, char** envp, std::vector<LaunchProcess>
     for (auto& f : frames) {
       if (f.type == msg::kShutdown) {
         running = false;
+      } else if (f.type == msg::kFenceTree) {
+        if (!upstream.carry_fences(f.payload)) {
+          say(me, "the controller's connection broke the protocol: a malformed fence tree");
+          status = 1;
+          running = false;
+          break;
+        }
       } else if (f.type == msg::kSpawnLaunch) {
         // This host's ranks have ended (its PMIx server with them): a
         // spawn placed here now cannot start.
@@ -263,12 +274,37 @@ int daemon_main(const Options&, char** envp) {
     return 2;
   }
 
-  // Our part of the launch tree first: the children come up while we detect.
+  auto fd = connect_controller(*launch, *secret);
+  if (!fd) {
+    say(me, fd.status().message());
+    return 1;
+  }
+  const int self_id = launch->ids[launch->index];
+  TreeLinks tree(*secret, self_id, me);
+
+  // Our part of the launch tree: the children come up while we detect.
+  // They join us at the address we reached the controller from, and
+  // whole-job fences travel those links (tree_links.hpp).
   std::vector<LaunchProcess> children;
   int n = static_cast<int>(launch->hosts.size());
-  for (int child : launch->step ? std::vector<int>{} : tree_children(launch->index + 1, n, launch->fanout)) {
+  std::vector<int> kids = launch->step ? std::vector<int>{} : tree_children(launch->index + 1, n, launch->fanout);
+  std::string here;
+  if (!kids.empty()) {
+    std::vector<int> kid_ids;
+    for (int child : kids) kid_ids.push_back(launch->ids[child]);
+    auto addresses = wire::addresses_reached_by(*fd);
+    auto listening = addresses.empty() ? Result<std::string>(remote_error("no address to listen on"))
+                                       : tree.listen(addresses.front(), kid_ids);
+    if (!listening) {
+      say(me, "cannot listen for the agents it starts: " + listening.status().message());
+      return 1;
+    }
+    here = *listening;
+  }
+  for (int child : kids) {
     AgentLaunch c = *launch;
     c.index = child;
+    c.parent = here;
     std::string cmd = launch_command(launch->launch_agent, launch->hosts[child],
                                      shell_quote(launch->daemon_path) + " --daemon");
     auto p = start_launch_agent(cmd, c.encode());
@@ -286,14 +322,15 @@ int daemon_main(const Options&, char** envp) {
     children.push_back(std::move(*p));
   }
 
-  auto fd = connect_controller(*launch, *secret);
-  if (!fd) {
-    say(me, fd.status().message());
-    return 1;
-  }
   auto [detected, inventory] = detect_here(*launch, envp);
+  if (!launch->parent.empty()) {
+    if (Status s = tree.join(launch->parent, std::chrono::seconds(10)); !s) {
+      say(me, s.message());
+      return 1;
+    }
+  }
   wire::Writer hello;
-  hello.u32(static_cast<uint32_t>(launch->ids[launch->index]));
+  hello.u32(static_cast<uint32_t>(self_id));
   hello.str(self);
   hello.boolean(detected);
   hello.str(inventory);
@@ -310,7 +347,7 @@ int daemon_main(const Options&, char** envp) {
     send_frame(*fd, msg::kLaunchExited, w.data());
   }
 
-  int status = serve(*fd, me, envp, children, false);
+  int status = serve(*fd, self_id, me, envp, children, false, &tree);
   // The children's agents hear the controller themselves; give their launch
   // agents a moment to end, then leave them to init.
   auto deadline = Clock::now() + std::chrono::seconds(2);
@@ -338,7 +375,7 @@ int run_local_agent(int fd, int index, char** envp) {
   hello.u16(static_cast<uint16_t>(free_tcp_port()));
   if (!send_frame(fd, msg::kHello, hello.data())) return 1;
   std::vector<LaunchProcess> none;
-  return serve(fd, self, envp, none, true);
+  return serve(fd, index, self, envp, none, true, nullptr);
 }
 
 }  // namespace accrun::launcher

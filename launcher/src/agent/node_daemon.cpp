@@ -74,25 +74,6 @@ void say(int fd, const std::string& line) {
   write_all(fd, s.data(), s.size());
 }
 
-// Where the object server listens: the local address of the connection the
-// controller reached this agent by; for the controller's own host (a
-// socketpair), every non-loopback address the controller offers the agents.
-std::vector<std::string> object_server_addresses(int upstream_fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  char host[INET6_ADDRSTRLEN] = {};
-  if (getsockname(upstream_fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
-    if (ss.ss_family == AF_INET && inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, host, sizeof host))
-      return {host};
-    if (ss.ss_family == AF_INET6 && inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, host, sizeof host))
-      return {host};
-  }
-  std::vector<std::string> all = wire::local_addresses(), out;
-  for (const std::string& a : all)
-    if (a.rfind("127.", 0) != 0) out.push_back(a);
-  return out.empty() ? all : out;
-}
-
 }  // namespace
 
 std::string new_job_id() {
@@ -167,7 +148,7 @@ struct OutStream {
 };
 
 // Tags in epoll's data: what became ready.
-constexpr uint64_t kTagSignal = 1, kTagQueue = 2, kTagStdin = 3, kTagUpstream = 4, kTagStream = 1ULL << 32, kTagTarget = 1ULL << 33,
+constexpr uint64_t kTagSignal = 1, kTagQueue = 2, kTagStdin = 3, kTagUpstream = 4, kTagLinks = 5, kTagStream = 1ULL << 32, kTagTarget = 1ULL << 33,
                    kTagPmi = 1ULL << 34;
 
 // Grows this process's file descriptor table to hold `fds` descriptors
@@ -719,6 +700,7 @@ void Daemon::record_failure(RankState& r, int status, const std::string& kind, c
 void Daemon::upstream_lost() {
   upstream_gone_ = true;
   epoll_ctl(epfd_, EPOLL_CTL_DEL, up_->fd(), nullptr);
+  if (up_->links_fd() >= 0) epoll_ctl(epfd_, EPOLL_CTL_DEL, up_->links_fd(), nullptr);
   if (running_count() > 0) say(cfg_.err_fd, "lost the job controller; killing this host's ranks");
   if (!exit_code_) exit_code_ = 1;
   terminating_ = true;
@@ -1065,7 +1047,7 @@ int Daemon::setup_and_spawn() {
   // ranks, on the address the controller reached us at (or, for the
   // controller's own host, every address the controller offers).
   if (plan_.hosts.size() > 1) {
-    auto server = ObjectServer::start(object_server_addresses(up_->fd()), shm_dir_);
+    auto server = ObjectServer::start(wire::addresses_reached_by(up_->fd()), shm_dir_);
     if (!server) {
       say(cfg_.err_fd, server.status().message());
       return 1;
@@ -1301,6 +1283,7 @@ int Daemon::setup_and_spawn() {
   add(sigfd_, EPOLLIN, kTagSignal);
   add(queue_->fd(), EPOLLIN, kTagQueue);
   add(up_->fd(), EPOLLIN, kTagUpstream);
+  if (up_->links_fd() >= 0) add(up_->links_fd(), EPOLLIN, kTagLinks);
   for (size_t i = 0; i < streams_.size(); ++i) add(streams_[i]->fd, EPOLLIN, kTagStream | i);
   if (stdin_) stdin_->start();
   if (pmi_)
@@ -1365,6 +1348,8 @@ int Daemon::loop() {
         queue_->drain();
       } else if (tag == kTagUpstream) {
         if (!upstream_gone_ && !up_->on_readable(*this)) upstream_lost();
+      } else if (tag == kTagLinks) {
+        if (!upstream_gone_ && !up_->on_links()) upstream_lost();
       } else if (tag == kTagStdin) {
         stdin_->on_source();
       } else if (tag & kTagPmi) {

@@ -125,6 +125,11 @@ class Upstream {
   virtual ~Upstream() = default;
   // Readable when the controller sent something.
   virtual int fd() const = 0;
+  // Readable when an agent of the launch tree did (-1: no such links);
+  // on_links() serves them, false once the controller is to be taken for
+  // gone.
+  virtual int links_fd() const { return -1; }
+  virtual bool on_links() { return true; }
   // Reads and handles what arrived; false once the controller is gone (the
   // daemon then kills its ranks).
   virtual bool on_readable(DaemonControl& daemon) = 0;

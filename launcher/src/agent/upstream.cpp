@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include "agent/tree_links.hpp"
 #include "controller/protocol.hpp"
 #include "iof.hpp"
 #include "wire/codec.hpp"
@@ -137,15 +138,7 @@ bool AgentUpstream::on_readable(DaemonControl& daemon) {
       if (!stream || !err) return false;
       daemon.output_closed(*stream, *err);
     } else if (f.type == msg::kFenceDone) {
-      auto sig = r.str("fence: signature");
-      auto ok = r.boolean("fence: ok");
-      auto all = r.bytes("fence: data");
-      if (!sig || !ok || !all) return false;
-      auto& q = fences_[*sig];
-      if (q.empty()) return false;
-      auto done = std::move(q.front());
-      q.pop_front();
-      done(*ok, std::move(*all));
+      if (!fence_done(f.payload)) return false;
     } else if (f.type == msg::kPublishDone || f.type == msg::kUnpublishDone) {
       auto id = r.u64("directory: id");
       auto st = r.i32("directory: status");
@@ -223,10 +216,47 @@ void AgentUpstream::rank_failed(int rank, int status, const std::string& kind, c
 void AgentUpstream::fence(const std::string& signature, std::string blob,
            std::function<void(bool, std::string)> done) {
   fences_[signature].push_back(std::move(done));
-  wire::Writer w;
-  w.str(signature);
-  w.bytes(blob.data(), blob.size());
-  post(msg::kFence, w.data());
+  if (tree_ && tree_->carries(signature)) return tree_->contribute(signature, std::move(blob));
+  post(msg::kFence, msg::encode_fence(signature, {{self_, std::move(blob)}}));
+}
+
+bool AgentUpstream::fence_done(std::string_view payload) {
+  wire::Reader r(payload);
+  auto sig = r.str("fence: signature");
+  auto ok = r.boolean("fence: ok");
+  auto all = r.bytes("fence: data");
+  if (!sig || !ok || !all) return false;
+  // The children's hosts hear it first: they wait as this one did.
+  if (tree_ && tree_->carries(*sig)) tree_->pass_down(payload);
+  auto& q = fences_[*sig];
+  if (q.empty()) return false;
+  auto done = std::move(q.front());
+  q.pop_front();
+  done(*ok, std::move(*all));
+  return true;
+}
+
+bool AgentUpstream::carry_fences(std::string_view payload) {
+  wire::Reader r(payload);
+  auto n = r.u32("fence tree: count");
+  if (!n || !tree_ || *n > r.remaining() / 4) return false;
+  std::vector<int> children;
+  for (uint32_t i = 0; i < *n; ++i) {
+    auto id = r.u32("fence tree: agent");
+    if (!id) return false;
+    children.push_back(static_cast<int>(*id));
+  }
+  tree_->carry_fences(
+      std::move(children), [this](std::string up) { post(msg::kFence, up); },
+      [this](std::string_view down) { fence_done(down); });
+  return true;
+}
+
+int AgentUpstream::links_fd() const { return tree_ ? tree_->fd() : -1; }
+
+bool AgentUpstream::on_links() {
+  if (tree_) tree_->on_readable();
+  return true;
 }
 
 bool AgentUpstream::tick() {

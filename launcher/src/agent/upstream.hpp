@@ -28,10 +28,16 @@ bool send_frame(int fd, uint16_t type, std::string_view payload);
 // the network went away); it beats every second.
 constexpr auto kControllerSilence = std::chrono::seconds(4);
 
+class TreeLinks;
+
 class AgentUpstream final : public Upstream, public JobDirectory {
  public:
-  explicit AgentUpstream(int fd) : fd_(fd) {}
+  // `self`: this agent's id; `tree`: its links along the launch tree (none
+  // for the agent forked on the launching host).
+  AgentUpstream(int fd, int self, TreeLinks* tree = nullptr) : fd_(fd), self_(self), tree_(tree) {}
   int fd() const override { return fd_; }
+  int links_fd() const override;
+  bool on_links() override;
   JobDirectory* directory() override { return this; }
 
   void publish(int rank, std::vector<std::pair<std::string, std::string>> packed,
@@ -57,9 +63,16 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   void post(uint16_t type, std::string_view payload);
   void beat_now();
   wire::FrameDecoder& decoder() { return decoder_; }
+  // kFenceTree from the controller: whole-job fences go along the tree.
+  bool carry_fences(std::string_view payload);
 
  private:
+  // A round's answer (kFenceDone), from the controller or the parent agent.
+  bool fence_done(std::string_view payload);
+
   int fd_;
+  int self_;
+  TreeLinks* tree_;
   wire::FrameDecoder decoder_;
   std::map<std::string, std::deque<std::function<void(bool, std::string)>>> fences_;
   std::chrono::steady_clock::time_point last_beat_{};

@@ -178,6 +178,7 @@ Status AgentSet::launch_children() {
     launches_.push_back(std::move(*p));
     return Status();
   }
+  tree_ = base.ids;
   log(LogLevel::kDebug, "launch tree: %d agents, fanout %d, depth %d; %zu started here", tree, config_.fanout,
       tree_depth(tree, config_.fanout), tree_children(0, tree, config_.fanout).size());
   for (int child : tree_children(0, tree, config_.fanout)) {
@@ -351,20 +352,27 @@ Status AgentSet::wait_for_hellos() {
     if (!failed_.empty()) break;
     auto now = Clock::now();
     if (now >= deadline) break;
+    // What is polled now, by pointer: handling it moves connections from
+    // pending to unnamed to named, and accepting adds new ones (served on
+    // the next turn).
     std::vector<pollfd> fds;
+    std::vector<Pending*> polled_pending;
+    std::vector<Agent*> polled_agents;
     for (int l : listeners_) fds.push_back({l, POLLIN, 0});
-    for (auto& p : pending_) fds.push_back({p->fd, POLLIN, 0});
-    for (auto& a : unnamed_) fds.push_back({a->fd, POLLIN, 0});
+    for (auto& p : pending_) {
+      fds.push_back({p->fd, POLLIN, 0});
+      polled_pending.push_back(p.get());
+    }
+    for (auto& a : unnamed_) polled_agents.push_back(a.get());
     for (auto& a : agents_)
-      if (a) fds.push_back({a->fd, POLLIN, 0});
+      if (a) polled_agents.push_back(a.get());
+    for (Agent* a : polled_agents) fds.push_back({a->fd, POLLIN, 0});
     int wait_ms = static_cast<int>(std::min<int64_t>(
         100, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1));
     int rc = poll(fds.data(), fds.size(), wait_ms);
     if (rc < 0 && errno != EINTR) return system_error("poll");
-    size_t k = 0;
-    for (int l : listeners_)
-      if (fds[k++].revents) accept_from(l);
-    for (auto& p : pending_) {
+    size_t k = listeners_.size();
+    for (Pending* p : polled_pending) {
       pollfd& f = fds[k++];
       if (p->fd < 0) continue;
       Status s;
@@ -397,17 +405,15 @@ Status AgentSet::wait_for_hellos() {
       }
       return true;
     };
-    std::vector<Agent*> order;
-    for (auto& a : unnamed_) order.push_back(a.get());
-    for (auto& a : agents_)
-      if (a) order.push_back(a.get());
-    for (Agent* a : order) {
+    for (Agent* a : polled_agents) {
       pollfd& f = fds[k++];
-      if (!serve(*a, f.revents)) {
+      if (a->fd >= 0 && !serve(*a, f.revents)) {
         close(a->fd);
         a->fd = -1;
       }
     }
+    for (size_t l = 0; l < listeners_.size(); ++l)
+      if (fds[l].revents) accept_from(listeners_[l]);
     pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [](auto& p) { return p->fd < 0; }), pending_.end());
     unnamed_.erase(std::remove_if(unnamed_.begin(), unnamed_.end(), [](auto& a) { return a->fd < 0; }), unnamed_.end());
   }

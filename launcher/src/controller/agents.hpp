@@ -65,6 +65,10 @@ class AgentSet {
   // closed and reported; they do not fail the job.
   Status wait_for_hellos();
   const std::vector<AgentHello>& hellos() const { return hellos_; }
+  // The agents of the launch tree, by tree index (launch_agent.hpp): their
+  // agent indices; empty when one srun step started every agent at once.
+  const std::vector<int>& tree() const { return tree_; }
+  int fanout() const { return config_.fanout; }
   // The controller's launch connections open now (at most `fanout`).
   int launch_processes_started() const { return static_cast<int>(launches_.size()); }
   // Tells every agent to end and waits (bounded) for the launch agents.
@@ -102,6 +106,7 @@ class AgentSet {
   std::vector<int> listeners_;
   std::vector<std::string> addresses_;  // "addr:port" the agents try
   std::vector<LaunchProcess> launches_;
+  std::vector<int> tree_;
   std::vector<std::unique_ptr<Pending>> pending_;
   std::vector<std::unique_ptr<Agent>> unnamed_;  // proved the secret, no hello yet
   std::vector<std::unique_ptr<Agent>> agents_;  // by index, null until hello

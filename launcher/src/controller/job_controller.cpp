@@ -123,6 +123,13 @@ class Controller {
   std::map<std::pair<int, std::string>, size_t> contributed_;  // (agent, signature) -> count
   std::map<std::string, size_t> completed_;                    // signature -> rounds done
   std::set<int> participants(const std::string& signature) const;
+  // Whole-job fences along the launch tree (agent/tree_links.hpp): each
+  // agent's parent agent (-1: it sends to the controller itself), when the
+  // tree carries them; empty when every agent fences here directly.
+  std::vector<int> fence_parent_;
+  void plan_fence_tree();
+  // Whether contributions from `sender` may carry agent `agent`'s part.
+  bool carries_for(int sender, int agent) const;
   // The agent whose host runs a rank or a spawned process (-1: none).
   int agent_of_proc(int id) const;
   const std::string& host_name_of_proc(int id) const;
@@ -419,6 +426,7 @@ int Controller::launch() {
     spawns_ = std::make_unique<SpawnBook>(std::move(hosts), options_.oversubscribe);
     cfg.universe = spawns_->universe();
   }
+  plan_fence_tree();
   done_.assign(entries_.size(), false);
   last_seen_.assign(entries_.size(), Clock::now());
   heard_since_launch_.assign(entries_.size(), false);
@@ -455,6 +463,41 @@ std::set<int> Controller::participants(const std::string& signature) const {
   for (int id : members->ids)
     if (int a = agent_of_proc(id); a >= 0) out.insert(a);
   return out;
+}
+
+void Controller::plan_fence_tree() {
+  fence_parent_.clear();
+  const std::vector<int>& tree = agents_->tree();
+  int fanout = agents_->fanout();
+  // Only a tree of more than one round spares the controller anything.
+  if (static_cast<int>(tree.size()) <= fanout) return;
+  std::vector<bool> has_ranks;
+  for (int a : tree) has_ranks.push_back(host_of_agent_[static_cast<size_t>(a)] >= 0);
+  auto children = fence_children(has_ranks, fanout);
+  if (!children) {
+    log(LogLevel::kDebug, "whole-job fences go to the controller directly: an agent without ranks is inside the launch tree");
+    return;
+  }
+  fence_parent_.assign(entries_.size(), -1);
+  for (size_t i = 0; i < tree.size(); ++i) {
+    if (!has_ranks[i]) continue;
+    int p = tree_parent(static_cast<int>(i), fanout);
+    if (p >= 0) fence_parent_[static_cast<size_t>(tree[i])] = tree[static_cast<size_t>(p)];
+    wire::Writer w;
+    w.u32(static_cast<uint32_t>((*children)[i].size()));
+    for (int c : (*children)[i]) w.u32(static_cast<uint32_t>(tree[static_cast<size_t>(c)]));
+    agents_->send(tree[i], msg::kFenceTree, w.data());
+  }
+  log(LogLevel::kDebug, "whole-job fences go along the launch tree (fanout %d)", fanout);
+}
+
+bool Controller::carries_for(int sender, int agent) const {
+  if (agent < 0 || static_cast<size_t>(agent) >= entries_.size()) return false;
+  if (agent == sender) return true;
+  if (fence_parent_.empty()) return false;
+  for (int a = fence_parent_[static_cast<size_t>(agent)]; a >= 0; a = fence_parent_[static_cast<size_t>(a)])
+    if (a == sender) return true;
+  return false;
 }
 
 int Controller::agent_of_proc(int id) const {
@@ -641,26 +684,34 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       return;
     }
     case msg::kFence: {
-      auto sig = r.str("fence: signature");
-      auto blob = r.bytes("fence: data");
-      if (!sig || !blob) return on_lost(agent, "sent a malformed fence");
-      size_t k = contributed_[{agent, *sig}]++;
-      auto& q = rounds_[*sig];
-      size_t base = completed_[*sig];
-      while (q.size() <= k - base) q.emplace_back();
-      q[k - base].parts[agent] = std::move(*blob);
-      // Complete rounds in order, as soon as every participant is in.
-      std::set<int> who = participants(*sig);
+      auto fence = msg::decode_fence(f.payload);
+      if (!fence) return on_lost(agent, "sent a malformed fence");
+      const std::string& sig = fence->signature;
+      auto& q = rounds_[sig];
+      size_t base = completed_[sig];
+      for (auto& [a, blob] : fence->parts) {
+        if (!carries_for(agent, a)) return on_lost(agent, "sent a fence contribution of another agent's");
+        size_t k = contributed_[{a, sig}]++;
+        while (q.size() <= k - base) q.emplace_back();
+        q[k - base].parts[a] = std::move(blob);
+      }
+      // Complete rounds in order, as soon as every participant is in.  A
+      // whole-job round along the tree is answered to the top of the tree,
+      // which passes it down; any other to each participant.
+      std::set<int> who = participants(sig);
+      auto members = msg::parse_signature(sig);
+      bool tree = !fence_parent_.empty() && members && members->all;
       while (!q.empty() && q.front().parts.size() >= who.size()) {
         std::string all;
         for (auto& [a, part] : q.front().parts) all += part;
         wire::Writer w;
-        w.str(*sig);
+        w.str(sig);
         w.boolean(true);
         w.bytes(all.data(), all.size());
-        for (auto& [a, part] : q.front().parts) agents_->send(a, msg::kFenceDone, w.data());
+        for (auto& [a, part] : q.front().parts)
+          if (!tree || fence_parent_[static_cast<size_t>(a)] < 0) agents_->send(a, msg::kFenceDone, w.data());
         q.pop_front();
-        ++completed_[*sig];
+        ++completed_[sig];
       }
       return;
     }

@@ -73,12 +73,32 @@ int tree_depth(int n_agents, int fanout) {
   return depth;
 }
 
+int tree_parent(int index, int fanout) {
+  if (fanout < 1) fanout = 1;
+  // Agent i is position i+1, whose parent is position i/fanout: agent i/fanout-1.
+  return index / fanout - 1;
+}
+
+std::optional<std::vector<std::vector<int>>> fence_children(const std::vector<bool>& has_ranks, int fanout) {
+  int n = static_cast<int>(has_ranks.size());
+  std::vector<std::vector<int>> out(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    if (!has_ranks[static_cast<size_t>(i)]) continue;
+    int p = tree_parent(i, fanout);
+    if (p < 0) continue;
+    if (!has_ranks[static_cast<size_t>(p)]) return std::nullopt;
+    out[static_cast<size_t>(p)].push_back(i);
+  }
+  return out;
+}
+
 std::string AgentLaunch::encode() const {
   std::ostringstream out;
   out << "accrun-agent 1\n";
   out << "secret " << secret_hex << "\n";
   out << "index " << index << "\n";
   for (const auto& c : controller) out << "controller " << c << "\n";
+  if (!parent.empty()) out << "parent " << parent << "\n";
   out << "launch-agent " << launch_agent << "\n";
   out << "daemon-path " << daemon_path << "\n";
   out << "fanout " << fanout << "\n";
@@ -123,6 +143,9 @@ Result<AgentLaunch> AgentLaunch::decode(std::string_view text) {
       if (!whole(value, &a.index)) return bad("bad index '" + value + "'");
     } else if (key == "controller") {
       a.controller.push_back(value);
+    } else if (key == "parent") {
+      if (value.rfind(':') == std::string::npos) return bad("bad parent address '" + value + "'");
+      a.parent = value;
     } else if (key == "launch-agent") {
       a.launch_agent = value;
     } else if (key == "daemon-path") {

@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,20 @@ std::string launch_command(const std::string& launch_agent, const std::string& h
 std::vector<int> tree_children(int position, int n_agents, int fanout);
 // How many launch rounds a tree of `n_agents` takes (its depth).
 int tree_depth(int n_agents, int fanout);
+// The agent that starts agent `index` (-1: the controller does).
+int tree_parent(int index, int fanout);
+
+// Whole-job fences along the launch tree (docs/design.md §4 "One job-wide
+// PMIx"): each agent waits for its own contribution and those of its
+// children, then sends the lot to its parent (an agent, or the controller
+// for the first round of the tree).  `has_ranks[i]`: agent i of the tree
+// runs ranks (an agent without ranks ends before the job starts).  Returns,
+// for each agent, the children whose contributions it waits for: those
+// with ranks.  nullopt when an agent without ranks has a descendant with
+// ranks (it would have to stay up only to relay): then every agent sends
+// its contributions to the controller directly, as for fences among some
+// ranks only.
+std::optional<std::vector<std::vector<int>>> fence_children(const std::vector<bool>& has_ranks, int fanout);
 
 // What an agent reads on its standard input: the job's secret and where it
 // stands in the launch.  Text, one "key value" per line, ending "end".
@@ -50,6 +65,7 @@ struct AgentLaunch {
   std::string secret_hex;                    // 64 hex digits
   int index = 0;                             // this agent: hosts[index] of the tree
   std::vector<std::string> controller;       // "addr:port" to try, in order
+  std::string parent;                        // "addr:port" of the agent that started this one ("": the controller did)
   std::string launch_agent = kDefaultLaunchAgent;  // to start its children
   std::string daemon_path;                   // accrun on the other hosts
   int fanout = kDefaultFanout;

@@ -197,6 +197,34 @@ std::optional<FenceMembers> parse_signature(std::string_view signature) {
   return out;
 }
 
+std::string encode_fence(const std::string& signature, const std::vector<std::pair<int, std::string>>& parts) {
+  wire::Writer w;
+  w.str(signature);
+  w.u32(static_cast<uint32_t>(parts.size()));
+  for (const auto& [agent, blob] : parts) {
+    w.u32(static_cast<uint32_t>(agent));
+    w.bytes(blob.data(), blob.size());
+  }
+  return w.take();
+}
+
+Result<FenceParts> decode_fence(std::string_view payload) {
+  wire::Reader r(payload);
+  FenceParts out;
+  auto sig = r.str("fence: signature");
+  auto n = r.u32("fence: count");
+  if (!sig || !n) return invalid_argument("malformed fence");
+  out.signature = std::move(*sig);
+  for (uint32_t i = 0; i < *n; ++i) {
+    auto agent = r.u32("fence: agent");
+    auto blob = r.bytes("fence: data");
+    if (!agent || !blob || *agent > INT32_MAX) return invalid_argument("malformed fence");
+    out.parts.emplace_back(static_cast<int>(*agent), std::move(*blob));
+  }
+  if (!r.at_end()) return invalid_argument("malformed fence: bytes after its contributions");
+  return out;
+}
+
 std::string encode_spawn_request(uint64_t id, const SpawnRequest& request) {
   wire::Writer w;
   w.u64(id);

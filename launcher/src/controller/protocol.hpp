@@ -40,11 +40,13 @@ enum Type : uint16_t {
   // rank's failure ("rank 3 on host h2 exited with status 3"; kind: exit,
   // signal, abort, no-finalize).
   kRankFailed = 6,
-  // agent → controller: str signature ("*" or ranks), bytes this host's
-  // contribution to a PMIx fence.
+  // agent → controller, and along the launch tree child agent → parent
+  // agent: str signature ("*" or ranks), then the contributions to that
+  // round of a PMIx fence it carries (encode_fence): its own host's, and
+  // for a whole-job fence along the tree those of the agents below it.
   kFence = 7,
-  // controller → agent: str signature, bool ok, bytes every host's
-  // contributions, concatenated in host order.
+  // controller → agent, and parent agent → child agent: str signature,
+  // bool ok, bytes every host's contributions, concatenated in agent order.
   kFenceDone = 8,
   // controller → agent: i32 signal for every local rank's process group.
   kSignal = 9,
@@ -124,6 +126,15 @@ enum Type : uint16_t {
   // that runs some of them: i32 signal, bool stop (kill or terminate: the
   // deaths are asked for, not failures), u32 n, n × u32 process id.
   kSignalProcs = 31,
+  // controller → agent, before kLaunch: u32 n, n × u32 agent id: whole-job
+  // fences travel the launch tree (agent/tree_links.hpp); each round waits
+  // for the contributions of these children.  Without it (the tree would
+  // need an agent without ranks to relay, or a srun step started the
+  // agents), every agent fences with the controller directly.
+  kFenceTree = 32,
+  // child agent → the agent that started it, first on their link: u32 the
+  // child's agent id.
+  kTreeJoin = 33,
 };
 
 constexpr size_t kStdinWindow = 1 << 20;
@@ -159,6 +170,15 @@ struct FenceMembers {
   std::vector<int> ids;
 };
 std::optional<FenceMembers> parse_signature(std::string_view signature);
+
+// kFence's payload: the signature, then u32 n, n × (u32 agent id, bytes
+// that agent's host's contribution).
+struct FenceParts {
+  std::string signature;
+  std::vector<std::pair<int, std::string>> parts;
+};
+std::string encode_fence(const std::string& signature, const std::vector<std::pair<int, std::string>>& parts);
+Result<FenceParts> decode_fence(std::string_view payload);
 
 // kSignalProcs's payload, both ways.
 struct SignalProcs {

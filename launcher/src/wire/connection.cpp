@@ -372,6 +372,22 @@ std::vector<std::string> local_addresses() {
   return outer;
 }
 
+std::vector<std::string> addresses_reached_by(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  char host[INET6_ADDRSTRLEN] = {};
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+    if (ss.ss_family == AF_INET && inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, host, sizeof host))
+      return {host};
+    if (ss.ss_family == AF_INET6 && inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, host, sizeof host))
+      return {host};
+  }
+  std::vector<std::string> all = local_addresses(), out;
+  for (const std::string& a : all)
+    if (a.rfind("127.", 0) != 0) out.push_back(a);
+  return out.empty() ? all : out;
+}
+
 Result<std::array<int, 2>> stream_socketpair() {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) {

@@ -135,6 +135,14 @@ Result<int> connect_tcp(const std::string& host, uint16_t port,
 // getifaddrs fails.
 std::vector<std::string> local_addresses();
 
+// Where a host's agent listens for what others reach it by (the agents it
+// starts, other hosts' ranks asking for objects): the local address of
+// `fd`, its connection to the controller, which the controller's network
+// reaches; for a socket that is not TCP (the socketpair of the agent on
+// the controller's own host), every non-loopback address of this host (the
+// loopback ones when there are no others).
+std::vector<std::string> addresses_reached_by(int fd);
+
 // A connected pair of non-blocking, close-on-exec AF_UNIX stream sockets:
 // the controller <-> agent link when both run in one process.  The caller
 // owns both fds.  Errors: Code::kSystem.

@@ -420,6 +420,33 @@ TEST(Launcher, PmixClientExchangesDataAndUsesTheNameDirectory) {
   EXPECT_EQ(won, 1);  // publish is create-if-absent
 }
 
+// Four agents on this machine under other host names, started as a chain
+// (--fanout 1): whole-job fences gather along it, each agent sending its own
+// host's contribution and those below it up once (accrun(7), "SEVERAL
+// HOSTS"), and the answer comes back down to every host.
+TEST(Launcher, WholeJobFencesTravelTheLaunchTree) {
+  RunResult r = run({"-n", "8", "-H", "ta:2,tb:2,tc:2,td:2", "--fanout", "1", "--launch-agent", "{cmd}", PMIX_CLIENT_EXE},
+                    {"ACCRUN_LOG=debug"}, 60);
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  int ok = 0;
+  for (const auto& l : lines_of(r.out)) ok += std::regex_search(l, std::regex("^OK rank=\\d size=8 local_rank=\\d local_size=2 "));
+  EXPECT_EQ(ok, 8) << r.out;
+  EXPECT_NE(r.err.find("whole-job fences go along the launch tree (fanout 1)"), std::string::npos) << r.err;
+  // td sends its own part to tc, ..., ta sends all four to the controller.
+  for (int k = 1; k <= 4; ++k)
+    EXPECT_NE(r.err.find("fence *: " + std::to_string(k) + " host(s) from here and below go up"), std::string::npos)
+        << k << "\n" << r.err;
+  EXPECT_EQ(r.err.find("fence *: 5 host"), std::string::npos) << r.err;
+#ifdef MPI_HELLO_EXE
+  // Open MPI's own fences (MPI_Init's modex, MPI_Finalize) take the same way.
+  r = run({"-n", "8", "-H", "ta:2,tb:2,tc:2,td:2", "--fanout", "1", "--launch-agent", "{cmd}", MPI_HELLO_EXE}, {}, 60);
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  ok = 0;
+  for (const auto& l : lines_of(r.out)) ok += l.find("size=8 shared=2 sum=36 expect=36") != std::string::npos;
+  EXPECT_EQ(ok, 8) << r.out << r.err;
+#endif
+}
+
 TEST(Launcher, ExitWithoutFinalizeIsAFailure) {
   auto t0 = Clock::now();
   RunResult r = run({"-n", "3", "--kill-grace", "1", PMIX_CLIENT_EXE, "quit=1"});

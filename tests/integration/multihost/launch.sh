@@ -34,6 +34,16 @@ rc=$?
 n=$(grep -c "size=8 shared=2 sum=36 expect=36" <<<"$out")
 [ "$rc" = 0 ] && [ "$n" = 8 ] && ok "Open MPI across 4 hosts: 8 ranks, allreduce 36, SHARED 2" || bad "Open MPI across hosts (exit $rc, $n good lines)" "$out"
 
+# 2b. The same with the agents started as a chain (--fanout 1): h1 starts
+# h2, h2 starts h3, h3 starts h4, and whole-job fences gather along the
+# chain over the hosts' own links.
+out=$(ACCRUN_LOG=debug "$accrun" -n 8 --fanout 1 --hostfile "$hosts" --launch-agent "$agent {host} env ACCRUN_LOG=debug {cmd}" \
+  "${mpi_env[@]}" "$mpi_hello" 2>&1)
+rc=$?
+n=$(grep -c "size=8 shared=2 sum=36 expect=36" <<<"$out")
+[ "$rc" = 0 ] && [ "$n" = 8 ] && ok "Open MPI across a chain of 4 agents: allreduce 36" || bad "Open MPI across a chain of agents (exit $rc, $n good lines)" "$out"
+check "h4's fence contributions reach the controller through h3, h2 and h1" "fence \\*: 4 host\\(s\\) from here and below go up" "$out"
+
 # 3. MPI_Abort(7) on h3: exit 7, no survivors anywhere.
 out=$("$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" "${mpi_env[@]}" "$mpi_hello" abort=5:7 2>&1)
 check "MPI_Abort(7) on h3 gives 7" "^7$" "$?"
@@ -151,9 +161,10 @@ check "setsid job exits 0" "^$" "$out"
 nothing_left "a rank's setsid descendant" "sleep 611"
 
 # 8. The job ends within 5 s, however it is ended.
-ends() {  # ends NAME SECONDS-BUDGET ACTION: starts a sleeping job, runs ACTION (with $job set), times the end
+ends() {  # ends NAME SECONDS-BUDGET ACTION [ACCRUN-OPTION...]: starts a sleeping job, runs ACTION (with $job set), times the end
   local name=$1 budget=$2 action=$3
-  "$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" sleep 60 >"$state/scratch/end.out" 2>&1 &
+  shift 3
+  "$accrun" -n 8 "$@" --hostfile "$hosts" --launch-agent "$agent" sleep 60 >"$state/scratch/end.out" 2>&1 &
   job=$!
   for _ in $(seq 100); do
     [ "$("$tb" hx h4 pgrep -c -f 'sleep 60')" = 2 ] && break
@@ -188,6 +199,8 @@ check "Ctrl-C exit 130" "^130$" "$rc"
 ends "kill -9 of the controller" 5 'kill -9 $job'
 ends "kill -9 of the agent on h2" 5 '"$tb" hx h2 pkill -9 -o -f -- "accrun --daemon"'
 check "the lost host is named" "host h2: .*lost" "$(cat "$state/scratch/end.out")"
+# h2 relays h3's and h4's fences in a chain of agents: they end as well.
+ends "kill -9 of the agent on h2, inside a chain (--fanout 1)" 5 '"$tb" hx h2 pkill -9 -o -f -- "accrun --daemon"' --fanout 1
 ends "h3's link down" 5 'ip link set vt-h3 down'
 ip link set vt-h3 up
 check "the silent host is named" "host h3: no word from its agent" "$(cat "$state/scratch/end.out")"

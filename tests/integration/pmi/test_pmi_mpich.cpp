@@ -64,6 +64,15 @@ TEST(PmiMpich, TwoAgentsFenceThroughTheController) {
   EXPECT_NE(r.output.find("rank 3 on host pmi-b called abort with status 9"), std::string::npos) << r.output;
 }
 
+// Four agents started as a chain (--fanout 1): PMI barriers are whole-job
+// fences, which travel the launch tree.
+TEST(PmiMpich, BarriersAlongTheLaunchTree) {
+  NEED_MPICH();
+  Outcome r = accrun("-n 8 -H pmi-a:2,pmi-b:2,pmi-c:2,pmi-d:2 --fanout 1 --launch-agent '{cmd}' " MPICH_PROGRAM_EXE, 30);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(count(r.output, "rank [0-7] ok size=8 sum=36 shared=2 local=2 universe=8\n"), 8) << r.output;
+}
+
 TEST(PmiMpich, OnlyPmiServedStillRuns) {
   NEED_MPICH();
   Outcome r = accrun("--mpi pmi -n 2 " MPICH_PROGRAM_EXE);
