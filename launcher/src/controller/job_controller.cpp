@@ -708,6 +708,8 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
         w.str(sig);
         w.boolean(true);
         w.bytes(all.data(), all.size());
+        log(LogLevel::kDebug, "fence %s: round %zu complete, %zu host(s), %zu bytes", sig.c_str(), completed_[sig] + 1,
+            q.front().parts.size(), all.size());
         for (auto& [a, part] : q.front().parts)
           if (!tree || fence_parent_[static_cast<size_t>(a)] < 0) agents_->send(a, msg::kFenceDone, w.data());
         q.pop_front();
