@@ -132,10 +132,23 @@ void TreeLinks::drop(Link& link, const std::string& why) {
   if (&link == parent_) parent_ = nullptr;
 }
 
+void TreeLinks::stop_listening() {
+  if (listener_ < 0) return;
+  epoll_ctl(epfd_, EPOLL_CTL_DEL, listener_, nullptr);
+  close(listener_);
+  listener_ = -1;
+}
+
 void TreeLinks::accept_children() {
   for (;;) {
     auto fd = wire::accept_tcp(listener_);
-    if (!fd || *fd < 0) return;
+    if (!fd) {
+      // (EMFILE and the like: a listener left readable would wake the
+      // loop on every turn.)
+      say("cannot accept the agents it starts: " + fd.status().message() + "; no longer listening");
+      return stop_listening();
+    }
+    if (*fd < 0) return;
     size_t strangers = 0;
     for (auto& l : links_) strangers += l->conn.is_open() && !l->is_parent && l->id < 0;
     if (strangers >= kMaxStrangers) {
@@ -226,6 +239,10 @@ void TreeLinks::on_frame(Link& link, uint16_t type, const std::string& payload) 
       if (l->id == who && l->conn.is_open()) return drop(link, "agent " + std::to_string(who) + " joined already");
     link.id = who;
     log(LogLevel::kDebug, "agent %d joined the launch tree below this one", who);
+    // Once every child has joined, nobody else is due: stop listening.
+    size_t joined = 0;
+    for (auto& l : links_) joined += l->conn.is_open() && !l->is_parent && l->id >= 0;
+    if (joined == expected_.size()) stop_listening();
     return;
   }
   if (type != msg::kFence) return drop(link, "an unexpected frame (type " + std::to_string(type) + ")");

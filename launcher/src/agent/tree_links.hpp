@@ -44,7 +44,7 @@ class TreeLinks {
   // the kernel's) for them and returns "address:port" for their launch
   // descriptions.  A connection that fails the secret, names an agent that
   // is not a child, or says nothing in 10 s is closed and reported; the job
-  // goes on.
+  // goes on.  Once every child has joined, it stops listening.
   Result<std::string> listen(const std::string& address, std::vector<int> children);
   // The agent that started this one: connects to "address:port", proves
   // the secret and says which agent this is.  Blocks up to `timeout`.
@@ -83,6 +83,7 @@ class TreeLinks {
     std::map<int, std::vector<std::pair<int, std::string>>> from;
   };
   void accept_children();
+  void stop_listening();
   void serve(Link& link, uint32_t events);
   void on_frame(Link& link, uint16_t type, const std::string& payload);
   void drop(Link& link, const std::string& why);
