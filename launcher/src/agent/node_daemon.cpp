@@ -1375,11 +1375,14 @@ int Daemon::loop() {
             still.push_back(id);
           }
         }
+        // Every host's agent says this of its own ranks: the host is named,
+        // as in a rank's failure.
         std::string which = still.empty() ? "" : "ranks still running: " + rank_ranges(still);
         if (spawned > 0)
           which += (which.empty() ? "still running: " : " and ") + std::to_string(spawned) + " spawned process(es)";
         say(cfg_.err_fd, "--timeout " + std::to_string(static_cast<int64_t>(std::ceil(cfg_.timeout_s))) +
-                             " s reached; " + which + "; terminating them");
+                             " s reached on host " + plan_.hosts[static_cast<size_t>(cfg_.host)].inventory.host + "; " + which +
+                             "; terminating them");
         if (!exit_code_) exit_code_ = 124;
         policy_pending_ = false;
         terminate_all(SIGTERM);

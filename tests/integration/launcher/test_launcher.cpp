@@ -700,6 +700,9 @@ TEST(Launcher, TimeoutEndsTheJobAndNamesTheRanks) {
   EXPECT_EQ(r.status, 124) << r.err;
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(8));
   EXPECT_NE(r.err.find("ranks still running: 0-1"), std::string::npos) << r.err;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  EXPECT_NE(r.err.find("--timeout 1 s reached on host " + std::string(host) + ";"), std::string::npos) << r.err;
   expect_no_job_dirs(first_match(r.out, "J=([0-9a-f]+)"));
 }
 

@@ -120,6 +120,14 @@ check "a remote rank's status is the job's" "^3$" "$?"
 check "the failure names rank and host" "rank 5 on host h3 exited with status 3" "$out"
 nothing_left "remote failure" "sleep 20"
 
+# 6b. --timeout across hosts: exit 124, each host's agent names its host
+# and its ranks still running.
+out=$("$accrun" -n 4 -H h1:2,h2:2 --launch-agent "$agent" --timeout 1 sh -c '[ "$ACCRUN_RANK" = 3 ] && exit 0; sleep 21' 2>&1)
+check "--timeout across hosts gives 124" "^124$" "$?"
+check "h1 names its ranks" "--timeout 1 s reached on host h1; ranks still running: 0-1; terminating them" "$out"
+check "h2 names its rank" "--timeout 1 s reached on host h2; ranks still running: 2; terminating them" "$out"
+nothing_left "--timeout across hosts" "sleep 21"
+
 # 7. Output: 4 hosts x 2 ranks x 50,000 lines, every line whole and tagged once.
 "$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" --tag-output "$flood" 50000 >"$state/scratch/flood.out" 2>&1
 rc=$?

@@ -26,7 +26,7 @@ mpich_run() {  # mpich_run NAME RANKS GOOD-LINE ACCRUN-ARGS...
   out=$("$accrun" --timeout 8 --kill-grace 1 "$@" "$prog" 2>&1)
   rc=$?
   n=$(grep -c -- "$good" <<<"$out")
-  if [ "$n" = "$ranks" ] && { [ "$rc" = 0 ] || { [ "$rc" = 124 ] && grep -q -- "--timeout 8 s reached; ranks still running" <<<"$out"; }; }; then
+  if [ "$n" = "$ranks" ] && { [ "$rc" = 0 ] || { [ "$rc" = 124 ] && grep -q -- "--timeout 8 s reached on host h[12]; ranks still running" <<<"$out"; }; }; then
     ok "$name ($ranks good lines, exit $rc$([ "$rc" = 124 ] && echo ": MPICH's finalize hang, ended by --timeout"))"
   else
     bad "$name (exit $rc, $n good lines of $ranks)" "$out"
