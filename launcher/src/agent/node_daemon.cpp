@@ -254,6 +254,16 @@ class Daemon final : public ClientEvents, public DaemonControl {
     int h = host_index(id);
     return plan_.hosts[static_cast<size_t>(h >= 0 ? h : cfg_.host)].inventory.host;
   }
+  // Bad input found on this host before any of its ranks started: "WHAT;
+  // nothing was started".  In a job across hosts the line names this host,
+  // and the others' ranks (which may have started) are ended by the
+  // controller's failure policy.
+  void refuse(const std::string& what) const {
+    if (plan_.hosts.size() > 1)
+      say(cfg_.err_fd, "on host " + host_of(-1) + ": " + what + "; nothing was started there");
+    else
+      say(cfg_.err_fd, what + "; nothing was started");
+  }
   // "rank 3", or for a spawned process what its label says.
   std::string name_of(const RankState& r) const {
     return r.label.empty() ? "rank " + std::to_string(r.rank) : r.label;
@@ -871,8 +881,7 @@ int Daemon::run() {
 int Daemon::prepare_output_dir() {
   const std::string& dir = *cfg_.output_dir;
   auto fail = [&](const std::string& path, int err) {
-    say(cfg_.err_fd, "--output-dir " + dir + ": cannot create " + path + ": " + std::strerror(err) +
-                         "; nothing was started");
+    refuse("--output-dir " + dir + ": cannot create " + path + ": " + std::strerror(err));
     for (int& fd : output_files_) {
       if (fd >= 0) close(fd);
       fd = -1;
@@ -918,7 +927,7 @@ int Daemon::setup_and_spawn() {
     return 2;
   }
   if (cfg_.command.front().empty()) {
-    say(cfg_.err_fd, "empty program name (usage: accrun -n N program [args...]); nothing was started");
+    refuse("empty program name (usage: accrun -n N program [args...])");
     return 2;
   }
 
@@ -947,7 +956,7 @@ int Daemon::setup_and_spawn() {
       if (bad.status != 0) res = bad;
     }
     if (res.status != 0) {
-      say(cfg_.err_fd, res.message + "; nothing was started");
+      refuse(res.message);
       return res.status;
     }
     exec_path = res.path;
@@ -955,7 +964,7 @@ int Daemon::setup_and_spawn() {
   if (cfg_.wdir) {
     struct stat st;
     if (stat(cfg_.wdir->c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      say(cfg_.err_fd, "--wdir " + *cfg_.wdir + ": not a directory; nothing was started");
+      refuse("--wdir " + *cfg_.wdir + ": not a directory");
       return 2;
     }
   }

@@ -720,7 +720,16 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
     case msg::kDone: {
       auto status = r.i32("done: status");
       done_[static_cast<size_t>(agent)] = true;
-      if (status && *status != 0) fail(*status);
+      if (!status || *status == 0) return;
+      // A host that ends badly with no rank's failure reported first (its
+      // ranks could not start: a program or --wdir missing there) fails the
+      // job as a rank would: the others' ranks may be running.
+      bool first = !exit_code_.has_value() && !terminating_;
+      fail(*status);
+      if (first && options_.on_failure == OnFailure::kKill) {
+        terminating_ = true;
+        signal_all(SIGTERM, agent);
+      }
       return;
     }
     case msg::kModexRequest: {

@@ -128,6 +128,18 @@ check "h1 names its ranks" "--timeout 1 s reached on host h1; ranks still runnin
 check "h2 names its rank" "--timeout 1 s reached on host h2; ranks still running: 2; terminating them" "$out"
 nothing_left "--timeout across hosts" "sleep 21"
 
+# 6c. A program that exists on h1 only (each host has its own /tmp): h2
+# refuses it, naming itself, and h1's rank is ended at once.
+"$tb" hx h1 sh -c 'printf "#!/bin/sh\nexec sleep 22\n" >/tmp/only-h1.sh; chmod +x /tmp/only-h1.sh'
+t0=$(now)
+out=$("$accrun" -n 2 -H h1:1,h2:1 --launch-agent "$agent" /tmp/only-h1.sh 2>&1)
+check "a program missing on h2 gives 127" "^127$" "$?"
+took=$(elapsed "$t0")
+check "h2 is named" "^accrun: on host h2: '/tmp/only-h1.sh': no such file; nothing was started there$" "$out"
+awk -v t="$took" 'BEGIN{exit !(t < 5)}' && ok "and the job ended in $took s" || bad "the job took $took s" "$out"
+nothing_left "a program missing on one host" "sleep 22"
+"$tb" hx h1 rm -f /tmp/only-h1.sh
+
 # 7. Output: 4 hosts x 2 ranks x 50,000 lines, every line whole and tagged once.
 "$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" --tag-output "$flood" 50000 >"$state/scratch/flood.out" 2>&1
 rc=$?
