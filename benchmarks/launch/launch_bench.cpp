@@ -2,11 +2,14 @@
 // `mpirun --oversubscribe -n N /bin/true` and a bare spawn-all-then-wait
 // loop, N = 1, 8, 32, 64, interleaved in one run; then an Open MPI hello at
 // N = 8 and 32 under both launchers, and an Open MPI job of 2 ranks that
-// MPI_Comm_spawns 2 more and talks to them over the intercommunicator.  A
-// run past the limit is killed and counted as a hang, apart from the
-// medians.
+// MPI_Comm_spawns 2 more and talks to them over the intercommunicator; then
+// libaccrun's examples at N = 64: hello (init and finalize) against
+// allreduce (the same plus a store group's rendezvous, one allreduce and
+// its destruction).  A run past the limit is killed and counted as a hang,
+// apart from the medians.
 //
 //   launch_bench [--reps R] [--limit S] [--hello PATH] [--spawn PATH] [--accrun PATH]
+//                [--examples HELLO ALLREDUCE]
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -99,8 +102,13 @@ int main(int argc, char** argv) {
   std::string accrun = ACCRUN_BENCH_EXE;
   std::string hello = ACCRUN_BENCH_HELLO;
   std::string spawn = ACCRUN_BENCH_SPAWN;
+  std::string ex_hello = ACCRUN_BENCH_EX_HELLO;
+  std::string ex_allreduce = ACCRUN_BENCH_EX_ALLREDUCE;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--examples") && i + 2 < argc) {
+      ex_hello = argv[i + 1];
+      ex_allreduce = argv[++i + 1];
+    } else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--limit")) limit = std::atof(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--hello")) hello = argv[i + 1];
     else if (!std::strcmp(argv[i], "--spawn")) spawn = argv[i + 1];
@@ -163,6 +171,22 @@ int main(int argc, char** argv) {
     double am = median(a.times), mm = median(m.times);
     std::printf("%12s %12s %8s %12s\n", "accrun ms", "mpirun ms", "hangs", "mpirun/acc");
     std::printf("%12.1f %12.1f %3d/%-4d %12.2fx\n", am * 1e3, mm * 1e3, a.hangs, m.hangs, am > 0 ? mm / am : 0);
+  }
+
+  // A store group at -n 64 should cost little more than the job itself:
+  // its rendezvous is one gathering lookup per member, not one per pair.
+  if (access(ex_hello.c_str(), X_OK) == 0 && access(ex_allreduce.c_str(), X_OK) == 0) {
+    int ereps = std::max(3, reps / 2);
+    std::printf("\nexamples/hello against examples/allreduce, -n 64: %d interleaved rounds\n", ereps);
+    Series& h = res[{"ex-hello", 64}];
+    Series& a = res[{"ex-allreduce", 64}];
+    for (int r = 0; r < ereps; ++r) {
+      h.add(time_command({accrun, "-n", "64", ex_hello}, 60));
+      a.add(time_command({accrun, "-n", "64", ex_allreduce}, 60));
+    }
+    double hm = median(h.times), am = median(a.times);
+    std::printf("%12s %14s %8s %16s\n", "hello ms", "allreduce ms", "hangs", "allreduce/hello");
+    std::printf("%12.1f %14.1f %3d/%-4d %15.2fx\n", hm * 1e3, am * 1e3, h.hangs, a.hangs, hm > 0 ? am / hm : 0);
   }
   return 0;
 }
