@@ -270,14 +270,15 @@ Result<std::unique_ptr<PmixClient>> PmixClient::init(PeerTable* peers) {
   if (rc < 0) {
     log(LogLevel::kWarn, "cannot register for PMIx failure events (%s); dead peers are found by pid only",
         PMIx_Error_string(rc));
-  } else {
-    c->handler_ref_ = rc;
   }
   return c;
 }
 
 PmixClient::~PmixClient() {
-  if (handler_ref_ >= 0) PMIx_Deregister_event_handler(static_cast<size_t>(handler_ref_), nullptr, nullptr);
+  // The failure handler goes with PMIx_Finalize; from here on it finds no
+  // peer table.  (Deregistering it first sent the server a message it does
+  // not answer, so the finalize request behind it waited for the loopback
+  // connection's delayed acknowledgement: 40 ms per rank.)
   g_event_peers.store(nullptr);
   directory_.reset();
   PMIx_Finalize(nullptr, 0);

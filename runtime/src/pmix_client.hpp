@@ -35,7 +35,6 @@ class PmixClient {
   PmixClient() = default;
   PmixJobFacts facts_;
   std::unique_ptr<Directory> directory_;
-  long handler_ref_ = -1;
 };
 
 }  // namespace accrun::runtime

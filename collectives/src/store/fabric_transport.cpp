@@ -1,12 +1,14 @@
 #include "store/fabric_transport.hpp"
 
 #include <rdma/fi_cm.h>
+#include <dlfcn.h>
 #include <rdma/fi_errno.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 
 #include "accrun/log.hpp"
 
@@ -57,6 +59,46 @@ int remaining_ms(const Wait& w) {
   if (w.deadline == Clock::time_point::max()) return -1;
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(w.deadline - Clock::now()).count();
   return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1 << 30));
+}
+
+// libfabric, opened when a group first asks for this transport rather
+// than when libaccrun is loaded: the provider libraries it depends on run
+// constructors at load (PSM's clock calibration sleeps about 200 ms), which
+// every program linking libaccrun paid at start-up.  Only the library's
+// exported functions are looked up; the rest of its API is inline calls
+// through the objects' operation tables.
+struct FabricLib {
+  decltype(&::fi_getinfo) getinfo = nullptr;
+  decltype(&::fi_freeinfo) freeinfo = nullptr;
+  decltype(&::fi_dupinfo) dupinfo = nullptr;
+  decltype(&::fi_fabric) fabric = nullptr;
+  decltype(&::fi_strerror) strerror = nullptr;
+};
+
+// The library, or nullptr with the reason in *why.
+const FabricLib* fabric_lib(std::string* why) {
+  static std::string error;
+  static const FabricLib* const lib = []() -> const FabricLib* {
+    void* h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      const char* e = dlerror();
+      error = e != nullptr ? e : "libfabric.so.1 cannot be loaded";
+      return nullptr;
+    }
+    static FabricLib l;
+    auto find = [h](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+      if (fn == nullptr && error.empty()) error = std::string("libfabric.so.1 has no ") + name;
+    };
+    find(l.getinfo, "fi_getinfo");
+    find(l.freeinfo, "fi_freeinfo");
+    find(l.dupinfo, "fi_dupinfo");
+    find(l.fabric, "fi_fabric");
+    find(l.strerror, "fi_strerror");
+    return error.empty() ? &l : nullptr;  // (left loaded: nothing else holds it)
+  }();
+  if (lib == nullptr) *why = error;
+  return lib;
 }
 
 }  // namespace
@@ -111,11 +153,18 @@ void FabricTransport::progress_loop() {
   }
 }
 
-std::string FabricTransport::error_text(int err) const { return fi_strerror(err < 0 ? -err : err); }
+std::string FabricTransport::error_text(int err) const {
+  std::string why;
+  const FabricLib* fi = fabric_lib(&why);
+  return fi != nullptr ? fi->strerror(err < 0 ? -err : err) : "error " + std::to_string(err);
+}
 
 Status FabricTransport::open(const GroupContext& ctx) {
   const std::string where = "group '" + group_ + "': libfabric transport";
-  fi_info* hints = fi_allocinfo();
+  std::string why;
+  const FabricLib* fi = fabric_lib(&why);
+  if (fi == nullptr) return not_supported(where + ": " + why + " (install libfabric1, or use the tcp transport)");
+  fi_info* hints = fi->dupinfo(nullptr);
   if (hints == nullptr) return no_memory(where + ": fi_allocinfo");
   hints->ep_attr->type = FI_EP_RDM;
   hints->caps = FI_TAGGED;
@@ -130,8 +179,8 @@ Status FabricTransport::open(const GroupContext& ctx) {
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
   hints->domain_attr->av_type = FI_AV_TABLE;
   hints->domain_attr->mr_mode = 0;  // no memory registration asked of us
-  int rc = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info_);
-  fi_freeinfo(hints);
+  int rc = fi->getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info_);
+  fi->freeinfo(hints);
   if (rc != 0 || info_ == nullptr)
     return not_supported(where + ": no provider offers reliable tagged messages here (fi_getinfo: " +
                          error_text(rc) + "; FI_PROVIDER narrows the choice)");
@@ -140,7 +189,7 @@ Status FabricTransport::open(const GroupContext& ctx) {
   auto fail = [&](const char* call, int r) {
     return Status(Code::kSystem, where + ": " + call + ": " + error_text(r));
   };
-  if ((rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr)) != 0) return fail("fi_fabric", rc);
+  if ((rc = fi->fabric(info_->fabric_attr, &fabric_, nullptr)) != 0) return fail("fi_fabric", rc);
   if ((rc = fi_domain(fabric_, info_, &domain_, nullptr)) != 0) return fail("fi_domain", rc);
   fi_cq_attr cq_attr{};
   cq_attr.format = FI_CQ_FORMAT_TAGGED;
@@ -222,7 +271,8 @@ void FabricTransport::close_all() {
   if (cq_ != nullptr) fi_close(&cq_->fid);
   if (domain_ != nullptr) fi_close(&domain_->fid);
   if (fabric_ != nullptr) fi_close(&fabric_->fid);
-  if (info_ != nullptr) fi_freeinfo(info_);
+  std::string why;
+  if (const FabricLib* fi = fabric_lib(&why); info_ != nullptr && fi != nullptr) fi->freeinfo(info_);
   ep_ = nullptr;
   unposted_.clear();
   orphans_.clear();
