@@ -246,8 +246,10 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
     }
     spill_prefix_ = peer_path;
   }
-  // Fault in this rank's slot now rather than in the first timed call.
-  std::memset(slot(rank_, 0), 0, 2 * half_);
+  // Fault in this rank's slot now rather than in the first timed call
+  // (not in large groups: there every member's 128 page faults at once
+  // delay the set-up more than a first call that touches a few pages).
+  if (size_ <= kPretouchMaxRanks) std::memset(slot(rank_, 0), 0, 2 * half_);
   ctrl(rank_).pid = self_pid_;
   ctrl(rank_).probe_addr = reinterpret_cast<std::uint64_t>(&self_pid_);
   ctrl(rank_).attached.store(1, std::memory_order_release);
