@@ -165,7 +165,8 @@ int serve(int fd, int self, const std::string& me, char** envp, std::vector<Laun
       status = 1;
       break;
     }
-    for (auto& f : frames) {
+    for (size_t i = 0; i < frames.size(); ++i) {
+      const wire::Frame& f = frames[i];
       if (f.type == msg::kShutdown) {
         running = false;
       } else if (f.type == msg::kFenceTree) {
@@ -212,7 +213,13 @@ int serve(int fd, int self, const std::string& me, char** envp, std::vector<Laun
         // controller only (it shares accrun's process group).
         cfg.own_signals = !local;
         cfg.upstream = &upstream;
+        // What came in the same read as the launch (a signal, stdin) is the
+        // job's: its daemon takes it once the ranks have started, and what
+        // it did not take (it ended before them) comes back here.
+        upstream.defer(std::vector<wire::Frame>(frames.begin() + static_cast<long>(i) + 1, frames.end()));
+        frames.resize(i + 1);
         int job_status = run_job(job->plan, cfg, &remains);
+        for (wire::Frame& rest : upstream.take_deferred()) frames.push_back(std::move(rest));
         wire::Writer w;
         w.i32(job_status);
         send_frame(fd, msg::kDone, w.data());

@@ -864,6 +864,7 @@ int Daemon::run() {
   int status = setup_and_spawn();
   if (status < 0) {
     up_->phase(1);
+    if (!up_->catch_up(*this)) upstream_lost();
     status = loop();
   }
   if (!upstream_gone_) up_->phase(2);

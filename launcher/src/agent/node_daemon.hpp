@@ -133,6 +133,9 @@ class Upstream {
   // Reads and handles what arrived; false once the controller is gone (the
   // daemon then kills its ranks).
   virtual bool on_readable(DaemonControl& daemon) = 0;
+  // Handles what arrived together with the launch (a signal, stdin), once
+  // the ranks have started; false as on_readable.
+  virtual bool catch_up(DaemonControl&) { return true; }
   // Whole lines of the ranks' stdout (stream 1) or stderr (stream 2).
   virtual void output(int stream, const char* data, size_t n) = 0;
   // The first failure of a local rank (status as accrun would exit with).

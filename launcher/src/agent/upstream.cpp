@@ -59,6 +59,7 @@ void AgentUpstream::unpublish(int rank, std::vector<std::string> keys, std::func
 }
 
 bool AgentUpstream::on_readable(DaemonControl& daemon) {
+  if (!catch_up(daemon)) return false;
   char buf[65536];
   ssize_t got = recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
   if (got < 0 && (errno == EINTR || errno == EAGAIN)) return true;
@@ -66,6 +67,16 @@ bool AgentUpstream::on_readable(DaemonControl& daemon) {
   std::vector<wire::Frame> frames;
   if (Status s = decoder_.feed(buf, static_cast<size_t>(got), frames); !s) return false;
   heard();
+  return dispatch(frames, daemon);
+}
+
+bool AgentUpstream::catch_up(DaemonControl& daemon) {
+  if (deferred_.empty()) return true;
+  std::vector<wire::Frame> frames = take_deferred();
+  return dispatch(frames, daemon);
+}
+
+bool AgentUpstream::dispatch(std::vector<wire::Frame>& frames, DaemonControl& daemon) {
   for (auto& f : frames) {
     wire::Reader r(f.payload);
     if (f.type == msg::kSignal) {

@@ -46,6 +46,7 @@ class AgentUpstream final : public Upstream, public JobDirectory {
               std::function<void(int, std::vector<DirectoryEntry>)> done) override;
   void unpublish(int rank, std::vector<std::string> keys, std::function<void(int)> done) override;
   bool on_readable(DaemonControl& daemon) override;
+  bool catch_up(DaemonControl& daemon) override;
   void output(int stream, const char* data, size_t n) override;
   void rank_failed(int rank, int status, const std::string& kind, const std::string& text) override;
   void fence(const std::string& signature, std::string blob,
@@ -63,17 +64,30 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   void post(uint16_t type, std::string_view payload);
   void beat_now();
   wire::FrameDecoder& decoder() { return decoder_; }
+  // Frames read in the same batch as the launch, after it: the daemon
+  // handles them once its ranks have started (catch_up), and what it did
+  // not take goes back to the agent's own loop (take_deferred).
+  void defer(std::vector<wire::Frame> frames) { deferred_ = std::move(frames); }
+  std::vector<wire::Frame> take_deferred() {
+    std::vector<wire::Frame> rest;
+    rest.swap(deferred_);
+    return rest;
+  }
   // kFenceTree from the controller: whole-job fences go along the tree.
   bool carry_fences(std::string_view payload);
 
  private:
   // A round's answer (kFenceDone), from the controller or the parent agent.
   bool fence_done(std::string_view payload);
+  // Handles frames from the controller; false once it is to be taken for
+  // gone (kShutdown, a malformed frame).
+  bool dispatch(std::vector<wire::Frame>& frames, DaemonControl& daemon);
 
   int fd_;
   int self_;
   TreeLinks* tree_;
   wire::FrameDecoder decoder_;
+  std::vector<wire::Frame> deferred_;
   std::map<std::string, std::deque<std::function<void(bool, std::string)>>> fences_;
   std::chrono::steady_clock::time_point last_beat_{};
   std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();

@@ -87,6 +87,7 @@ class Controller {
   std::vector<bool> done_;                   // agent reported kDone or was lost
   std::vector<Clock::time_point> last_seen_;
   std::vector<bool> heard_since_launch_;       // its event loop runs (kPhase 1): beats are due every second
+  std::vector<bool> ranks_started_;            // it said kPhase 1 once: its ranks started
   std::optional<int> exit_code_;
   bool terminating_ = false;
   bool output_lost_[2] = {false, false};  // stdout, stderr could not be written
@@ -430,6 +431,7 @@ int Controller::launch() {
   done_.assign(entries_.size(), false);
   last_seen_.assign(entries_.size(), Clock::now());
   heard_since_launch_.assign(entries_.size(), false);
+  ranks_started_.assign(entries_.size(), false);
   for (size_t a = 0; a < entries_.size(); ++a) {
     int h = host_of_agent_[a];
     if (h < 0) {
@@ -721,12 +723,13 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       auto status = r.i32("done: status");
       done_[static_cast<size_t>(agent)] = true;
       if (!status || *status == 0) return;
-      // A host that ends badly with no rank's failure reported first (its
-      // ranks could not start: a program or --wdir missing there) fails the
-      // job as a rank would: the others' ranks may be running.
+      // A host whose ranks never started (a program or --wdir missing
+      // there) fails the job as a rank would: the others' ranks may be
+      // running.  (A host whose ranks ran reported their failures itself,
+      // or ended them at --timeout as every host does.)
       bool first = !exit_code_.has_value() && !terminating_;
       fail(*status);
-      if (first && options_.on_failure == OnFailure::kKill) {
+      if (first && !ranks_started_[static_cast<size_t>(agent)] && options_.on_failure == OnFailure::kKill) {
         terminating_ = true;
         signal_all(SIGTERM, agent);
       }
@@ -769,6 +772,7 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       auto phase = r.u8("phase");
       if (!phase) return on_lost(agent, "sent a malformed phase");
       heard_since_launch_[static_cast<size_t>(agent)] = *phase == 1;
+      if (*phase == 1) ranks_started_[static_cast<size_t>(agent)] = true;
       return;
     }
     case msg::kSpawn:
