@@ -516,9 +516,6 @@ pmix_status_t up_lookup(const pmix_proc_t* proc, char** keys, const pmix_info_t 
     } else if (PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT) || PMIX_CHECK_KEY(&info[i], "accrun.wait.seconds")) {
       long secs = v.type == PMIX_INT ? v.data.integer : v.type == PMIX_UINT32 ? v.data.uint32 : 0;
       if (secs > 0) lookup->deadline = std::chrono::steady_clock::now() + std::chrono::seconds(secs);
-    } else if (PMIX_CHECK_KEY(&info[i], "accrun.wait.ms")) {  // libaccrun's held lookups
-      long ms = v.type == PMIX_INT ? v.data.integer : v.type == PMIX_UINT32 ? v.data.uint32 : 0;
-      if (ms > 0) lookup->deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
     }
   }
   lookup->cbfunc = cbfunc;
