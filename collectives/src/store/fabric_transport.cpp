@@ -75,8 +75,8 @@ struct FabricLib {
   decltype(&::fi_strerror) strerror = nullptr;
 };
 
-// The library, or nullptr with the reason in *why.
-const FabricLib* fabric_lib(std::string* why) {
+// The library, or nullptr (with the reason in *why when given).
+const FabricLib* fabric_lib(std::string* why = nullptr) {
   static std::string error;
   static const FabricLib* const lib = []() -> const FabricLib* {
     void* h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -97,7 +97,7 @@ const FabricLib* fabric_lib(std::string* why) {
     find(l.strerror, "fi_strerror");
     return error.empty() ? &l : nullptr;  // (left loaded: nothing else holds it)
   }();
-  if (lib == nullptr) *why = error;
+  if (lib == nullptr && why != nullptr) *why = error;
   return lib;
 }
 
@@ -154,8 +154,7 @@ void FabricTransport::progress_loop() {
 }
 
 std::string FabricTransport::error_text(int err) const {
-  std::string why;
-  const FabricLib* fi = fabric_lib(&why);
+  const FabricLib* fi = fabric_lib();
   return fi != nullptr ? fi->strerror(err < 0 ? -err : err) : "error " + std::to_string(err);
 }
 
@@ -271,8 +270,7 @@ void FabricTransport::close_all() {
   if (cq_ != nullptr) fi_close(&cq_->fid);
   if (domain_ != nullptr) fi_close(&domain_->fid);
   if (fabric_ != nullptr) fi_close(&fabric_->fid);
-  std::string why;
-  if (const FabricLib* fi = fabric_lib(&why); info_ != nullptr && fi != nullptr) fi->freeinfo(info_);
+  if (const FabricLib* fi = fabric_lib(); info_ != nullptr && fi != nullptr) fi->freeinfo(info_);
   ep_ = nullptr;
   unposted_.clear();
   orphans_.clear();

@@ -1391,8 +1391,7 @@ int Daemon::loop() {
         if (spawned > 0)
           which += (which.empty() ? "still running: " : " and ") + std::to_string(spawned) + " spawned process(es)";
         say(cfg_.err_fd, "--timeout " + std::to_string(static_cast<int64_t>(std::ceil(cfg_.timeout_s))) +
-                             " s reached on host " + plan_.hosts[static_cast<size_t>(cfg_.host)].inventory.host + "; " + which +
-                             "; terminating them");
+                             " s reached on host " + host_of(-1) + "; " + which + "; terminating them");
         if (!exit_code_) exit_code_ = 124;
         policy_pending_ = false;
         terminate_all(SIGTERM);

@@ -73,6 +73,7 @@ class Controller {
   // Tells every agent but `except` that a rank failed (msg::kPeerFailed).
   void peer_failed(int rank, int status, const std::string& kind, const std::string& text, int except);
   void fail(int status);
+  void end_others(int agent);
 
   const Options& options_;
   char** envp_;
@@ -602,6 +603,15 @@ void Controller::fail(int status) {
   if (!exit_code_) exit_code_ = status;
 }
 
+// The job's first failure, on `agent`'s host: under --on-failure kill the
+// other hosts' ranks are terminated (that host applies the policy to its
+// own).
+void Controller::end_others(int agent) {
+  if (options_.on_failure != OnFailure::kKill) return;
+  terminating_ = true;
+  signal_all(SIGTERM, agent);
+}
+
 void Controller::on_lost(int agent, const std::string& why) {
   if (done_[static_cast<size_t>(agent)]) return;
   done_[static_cast<size_t>(agent)] = true;
@@ -678,11 +688,7 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       // The other hosts' ranks hear of it too (their libraries may be
       // waiting on it), before any policy signal.
       peer_failed(static_cast<int>(*rank), *status, *kind, *text, agent);
-      if (first && options_.on_failure == OnFailure::kKill) {
-        terminating_ = true;
-        // The failing rank's host applies the policy to its own ranks.
-        signal_all(SIGTERM, agent);
-      }
+      if (first) end_others(agent);
       return;
     }
     case msg::kFence: {
@@ -729,10 +735,7 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       // or ended them at --timeout as every host does.)
       bool first = !exit_code_.has_value() && !terminating_;
       fail(*status);
-      if (first && !ranks_started_[static_cast<size_t>(agent)] && options_.on_failure == OnFailure::kKill) {
-        terminating_ = true;
-        signal_all(SIGTERM, agent);
-      }
+      if (first && !ranks_started_[static_cast<size_t>(agent)]) end_others(agent);
       return;
     }
     case msg::kModexRequest: {

@@ -221,7 +221,7 @@ Result<FenceParts> decode_fence(std::string_view payload) {
     if (!agent || !blob || *agent > INT32_MAX) return invalid_argument("malformed fence");
     out.parts.emplace_back(static_cast<int>(*agent), std::move(*blob));
   }
-  if (!r.at_end()) return invalid_argument("malformed fence: bytes after its contributions");
+  if (Status s = r.expect_end("fence"); !s) return s;
   return out;
 }
 
