@@ -127,8 +127,12 @@ case "$case_name" in
     done
     dirs=$(ls -A "$TMPDIR")
     [ -n "$dirs" ] || fail "the job made no directory"
-    # accrun, its agent, the agent's janitor and the ranks, all at once.
-    kill -9 "$job" $(descendants "$job") 2>/dev/null
+    # accrun, its agent, the agent's janitor and the ranks, all at once: a
+    # shell kills them one by one, and a janitor still running when its
+    # agent dies cleans up (as it should), so every one is stopped first.
+    victims="$job $(descendants "$job")"
+    kill -STOP $victims 2>/dev/null
+    kill -9 $victims 2>/dev/null
     wait "$job" 2>/dev/null
     sleep 0.3
     [ -n "$(ls -A "$TMPDIR")" ] || fail "the directories went although nobody cleaned up"
