@@ -183,9 +183,9 @@ Result<std::shared_ptr<Group>> GroupManager::create(const std::string& name, int
     }
 
     // Gather every member's record: one lookup of all keys, which the
-    // directory holds until the last member has published, in slices so a
+    // launcher holds until the last member has published, in slices so a
     // closed marker (another member's error) is noticed: 200 ms in the first
-    // second (the directory polls), then a second (the launcher holds it).
+    // second, then a second.
     records.assign(static_cast<std::size_t>(world_size), MemberRecord{});
     records[static_cast<std::size_t>(rank)] = mine;
     std::vector<int> others;

@@ -147,55 +147,35 @@ class PmixDirectory final : public Directory {
   }
 
   Result<std::string> lookup(const std::string& key, int timeout_ms) override {
-    ACCRUN_RETURN_IF_ERROR(check(key));
-    const auto start = Clock::now();
-    auto backoff = std::chrono::microseconds(100);
-    for (;;) {
-      auto v = lookup_once(key, 0);
-      if (v || v.status().code() != Code::kNotFound) return v;
-      auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-      if (timeout_ms == 0) return v;
-      if (timeout_ms > 0 && elapsed >= timeout_ms)
+    auto v = lookup_all({key}, timeout_ms);
+    if (!v) {
+      if (v.status().code() == Code::kTimeout)
         return timeout_error("key '" + key + "' not published within " + std::to_string(timeout_ms) + " ms");
-      long left = timeout_ms < 0 ? 1L << 30 : timeout_ms - elapsed;
-      // Poll briefly (peers usually arrive within milliseconds), then let
-      // the server hold the request (PMIX_WAIT) in one-second slices.
-      if (elapsed >= 200 && left >= 1000) {
-        auto w = lookup_once(key, 1);
-        if (w || w.status().code() != Code::kNotFound) return w;
-      }
-      std::this_thread::sleep_for(std::min<std::chrono::microseconds>(
-          backoff, std::chrono::milliseconds(std::max<long>(left, 1))));
-      backoff = std::min<std::chrono::microseconds>(backoff * 2, std::chrono::milliseconds(20));
+      return v.status();
     }
+    return std::move(v->front());
   }
 
+  // First without a wait; then the server holds the request (PMIX_WAIT)
+  // until the last key is published or the slice ends: up to a second at
+  // a time, so a caller's timeout is kept to the millisecond and nobody
+  // polls.
   Result<std::vector<std::string>> lookup_all(const std::vector<std::string>& keys, int timeout_ms) override {
     for (const auto& k : keys) ACCRUN_RETURN_IF_ERROR(check(k));
     if (keys.empty()) return std::vector<std::string>{};
     const auto start = Clock::now();
-    auto elapsed_ms = [&] {
-      return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
-    };
-    auto backoff = std::chrono::microseconds(200);
     for (bool first = true;; first = false) {
-      // First without a wait; then the server holds the request until the
-      // last key is published, in one-second slices; with less than a
-      // second left, poll.
-      const bool hold = !first && (timeout_ms < 0 || timeout_ms - elapsed_ms() >= 1000);
-      std::vector<std::string> out;
-      Status s = lookup_many(keys, hold ? 1 : 0, &out);
-      if (s) return out;
-      if (s.code() != Code::kNotFound || timeout_ms == 0) return s;
-      const long elapsed = elapsed_ms();
-      if (timeout_ms > 0 && elapsed >= timeout_ms)
+      const long elapsed =
+          static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
+      if (!first && timeout_ms >= 0 && elapsed >= timeout_ms) {
         return timeout_error(std::to_string(keys.size()) + " keys not all published within " +
                              std::to_string(timeout_ms) + " ms");
-      if (timeout_ms > 0 && timeout_ms - elapsed < 1000) {
-        std::this_thread::sleep_for(std::min<std::chrono::microseconds>(
-            backoff, std::chrono::milliseconds(timeout_ms - elapsed)));
-        backoff = std::min<std::chrono::microseconds>(backoff * 2, std::chrono::milliseconds(20));
       }
+      const long left = timeout_ms < 0 ? 1000 : std::min<long>(1000, timeout_ms - elapsed);
+      std::vector<std::string> out;
+      Status s = lookup_many(keys, first ? 0 : static_cast<int>(std::max<long>(left, 1)), &out);
+      if (s) return out;
+      if (s.code() != Code::kNotFound || timeout_ms == 0) return s;
     }
   }
 
@@ -217,22 +197,22 @@ class PmixDirectory final : public Directory {
   }
 
   // Every key in one request.  kNotFound when some are missing (out is
-  // then left empty).  wait_s > 0: the server holds the request up to that
-  // many seconds for all of them.
-  static Status lookup_many(const std::vector<std::string>& keys, int wait_s, std::vector<std::string>* out) {
+  // then left empty).  wait_ms > 0: the server holds the request up to
+  // that many milliseconds for all of them.
+  static Status lookup_many(const std::vector<std::string>& keys, int wait_ms, std::vector<std::string>* out) {
     const size_t n = keys.size();
     pmix_pdata_t* pd = nullptr;
     PMIX_PDATA_CREATE(pd, n);
     for (size_t i = 0; i < n; ++i) PMIX_LOAD_KEY(pd[i].key, keys[i].c_str());
     pmix_info_t info[2];
     size_t ninfo = 0;
-    if (wait_s > 0) {
-      int all = 0, secs = wait_s;
+    if (wait_ms > 0) {
+      int all = 0, ms = wait_ms;
       PMIX_INFO_LOAD(&info[0], PMIX_WAIT, &all, PMIX_INT);
       // accrun's own key, not PMIX_TIMEOUT: given PMIX_TIMEOUT the client
       // library runs a timer of its own that races the server's answer
       // at the same instant; the server alone should end the wait.
-      PMIX_INFO_LOAD(&info[1], "accrun.wait.seconds", &secs, PMIX_INT);
+      PMIX_INFO_LOAD(&info[1], "accrun.wait.ms", &ms, PMIX_INT);
       ninfo = 2;
     }
     pmix_status_t rc = PMIx_Lookup(pd, n, ninfo ? info : nullptr, ninfo);
@@ -253,12 +233,6 @@ class PmixDirectory final : public Directory {
     return st;
   }
 
-  // wait_s > 0: the server holds the request up to that many seconds.
-  static Result<std::string> lookup_once(const std::string& key, int wait_s) {
-    std::vector<std::string> out;
-    ACCRUN_RETURN_IF_ERROR(lookup_many({key}, wait_s, &out));
-    return std::move(out.front());
-  }
 };
 
 }  // namespace

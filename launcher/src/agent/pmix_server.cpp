@@ -516,6 +516,9 @@ pmix_status_t up_lookup(const pmix_proc_t* proc, char** keys, const pmix_info_t 
     } else if (PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT) || PMIX_CHECK_KEY(&info[i], "accrun.wait.seconds")) {
       long secs = v.type == PMIX_INT ? v.data.integer : v.type == PMIX_UINT32 ? v.data.uint32 : 0;
       if (secs > 0) lookup->deadline = std::chrono::steady_clock::now() + std::chrono::seconds(secs);
+    } else if (PMIX_CHECK_KEY(&info[i], "accrun.wait.ms")) {  // libaccrun's held lookups
+      long ms = v.type == PMIX_INT ? v.data.integer : v.type == PMIX_UINT32 ? v.data.uint32 : 0;
+      if (ms > 0) lookup->deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
     }
   }
   lookup->cbfunc = cbfunc;
@@ -1019,9 +1022,12 @@ void PmixServer::do_publish(int rank, std::vector<std::pair<std::string, std::sh
 
 void PmixServer::do_lookup(std::shared_ptr<PendingLookup> lookup) {
   if (directory_router_ != nullptr) {
+    // 0 means no deadline on the wire: a deadline that passed while the
+    // request sat in the queue is sent as a millisecond, not as none.
     double timeout_s = 0;
     if (lookup->deadline)
-      timeout_s = std::chrono::duration<double>(*lookup->deadline - std::chrono::steady_clock::now()).count();
+      timeout_s = std::max(
+          1e-3, std::chrono::duration<double>(*lookup->deadline - std::chrono::steady_clock::now()).count());
     directory_router_->lookup(
         id_of(lookup->proc), lookup->keys, lookup->wait, lookup->wait_count, timeout_s,
         [this, lookup](int status, std::vector<Found> found) {

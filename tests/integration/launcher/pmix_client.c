@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CHECK(cond, ...)                            \
@@ -184,6 +185,21 @@ int main(int argc, char** argv) {
   PMIX_INFO_LOAD(&wait[1], PMIX_TIMEOUT, &one, PMIX_INT);
   rc = PMIx_Lookup(&never, 1, wait, 2);
   CHECK(rc == PMIX_ERR_TIMEOUT, "lookup of a missing key: %s (want timeout)", PMIx_Error_string(rc));
+
+  /* libaccrun's slices (accrun.wait.ms): a wait of a millisecond ends as
+     one, even where the deadline has passed before the request leaves the
+     host's agent (it was then sent as no deadline at all) */
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 0; i < 20; ++i) {
+    int ms = 1;
+    PMIX_INFO_LOAD(&wait[1], "accrun.wait.ms", &ms, PMIX_INT);
+    rc = PMIx_Lookup(&never, 1, wait, 2);
+    CHECK(rc == PMIX_ERR_TIMEOUT, "lookup held for 1 ms: %s (want timeout)", PMIx_Error_string(rc));
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double held = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  CHECK(held < 2.0, "20 lookups held for 1 ms each took %.2f s", held);
 
   /* every rank is past its checks before anyone finalizes */
   rc = PMIx_Fence(&wild, 1, NULL, 0);
