@@ -41,6 +41,9 @@ StoreGroup::StoreGroup(const GroupContext& ctx, const Tuning& t)
   w.spin_ns = t.spin_ns;
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   if (cpus > 0 && cpus < size_) w.oversubscribed = true;
+  // Eight or more ranks per CPU: a rank that keeps yielding keeps the
+  // ranks it waits for from the CPU, so past a short while it sleeps.
+  if (cpus > 0 && size_ >= 8 * cpus) w.crowded = true;
   shm_ = std::make_unique<ShmTransport>(ctx, t, w);
 }
 

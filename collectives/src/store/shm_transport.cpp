@@ -256,6 +256,7 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
 
   Header* h = header();
   const Wait setup_wait{deadline, setup_timeout_ms, "setup"};
+  const Waiter waiter = waiter_.patient_one();
   if (rank_ == 0) {
     std::vector<int> missing;
     auto unattached = [&] {
@@ -264,19 +265,19 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
         if (ctrl(q).attached.load(std::memory_order_acquire) == 0) missing.push_back(q);
       return missing;
     };
-    Status s = waiter_.until([&] { return unattached().empty(); },
-                             [&]() -> Status {
-                               for (int q : missing) ACCRUN_RETURN_IF_ERROR(check_peer(q, "setup"));
-                               return Status::ok();
-                             },
-                             deadline, [&] {
-                               std::string list;
-                               for (int q : unattached())
-                                 list += (list.empty() ? "" : ", ") + std::to_string(q) + " (job rank " +
-                                         std::to_string(members_[static_cast<std::size_t>(q)].job_rank) + ")";
-                               return timeout_error(where() + ": group ranks never attached to the shared segment within " +
-                                                    std::to_string(setup_timeout_ms) + " ms: " + list);
-                             });
+    Status s = waiter.until([&] { return unattached().empty(); },
+                            [&]() -> Status {
+                              for (int q : missing) ACCRUN_RETURN_IF_ERROR(check_peer(q, "setup"));
+                              return Status::ok();
+                            },
+                            deadline, [&] {
+                              std::string list;
+                              for (int q : unattached())
+                                list += (list.empty() ? "" : ", ") + std::to_string(q) + " (job rank " +
+                                        std::to_string(members_[static_cast<std::size_t>(q)].job_rank) + ")";
+                              return timeout_error(where() + ": group ranks never attached to the shared segment within " +
+                                                   std::to_string(setup_timeout_ms) + " ms: " + list);
+                            });
     unlink(path.c_str());
     if (s) s = probe_cma(deadline);
     if (!s) {
@@ -286,9 +287,9 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
     h->ready.store(1, std::memory_order_release);
   } else {
     ACCRUN_RETURN_IF_ERROR(probe_cma(deadline));
-    Status s = waiter_.until([&] { return h->ready.load(std::memory_order_acquire) != 0; },
-                             [&] { return check_peer(0, "setup"); }, deadline,
-                             [&] { return timed_out(setup_wait, {0}); });
+    Status s = waiter.until([&] { return h->ready.load(std::memory_order_acquire) != 0; },
+                            [&] { return check_peer(0, "setup"); }, deadline,
+                            [&] { return timed_out(setup_wait, {0}); });
     if (!s) return s;
     if (h->ready.load(std::memory_order_acquire) != 1)
       return remote_error(where() + ": group rank 0 reported that some members never arrived");
@@ -314,9 +315,10 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
 Status ShmTransport::probe_cma(Clock::time_point deadline) {
   const int q = (rank_ + 1) % size_;
   const Wait w{deadline, -1, "setup"};
-  ACCRUN_RETURN_IF_ERROR(waiter_.until([&] { return ctrl(q).attached.load(std::memory_order_acquire) != 0; },
-                                       [&] { return check_peer(q, "setup"); }, deadline,
-                                       [&] { return timed_out(w, {q}); }));
+  const Waiter waiter = waiter_.patient_one();
+  ACCRUN_RETURN_IF_ERROR(waiter.until([&] { return ctrl(q).attached.load(std::memory_order_acquire) != 0; },
+                                      [&] { return check_peer(q, "setup"); }, deadline,
+                                      [&] { return timed_out(w, {q}); }));
   long got = 0;
   iovec local{&got, sizeof got};
   iovec remote{reinterpret_cast<void*>(ctrl(q).probe_addr), sizeof got};
@@ -324,7 +326,7 @@ Status ShmTransport::probe_cma(Clock::time_point deadline) {
                                   static_cast<ssize_t>(sizeof got) && got == ctrl(q).pid;
   ctrl(rank_).cma.store(ok ? 1 : 2, std::memory_order_release);
   if (rank_ != 0) return Status::ok();
-  return waiter_.until([&] {
+  return waiter.until([&] {
     for (int o = 0; o < size_; ++o)
       if (ctrl(o).cma.load(std::memory_order_acquire) == 0) return false;
     return true;

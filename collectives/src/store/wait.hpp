@@ -23,7 +23,19 @@ namespace accrun::collectives::store {
 
 struct Waiter {
   bool oversubscribed = false;  // yield at once instead of spinning
+  bool patient = false;         // sleep at once instead of yielding (a group's set-up)
+  bool crowded = false;         // several ranks per CPU: yield briefly, then sleep
   int spin_ns = 50'000;
+
+  // The same waiter for a wait that happens once per group (its set-up):
+  // no yields, which on a host with more ranks than cores keep every
+  // waiting rank runnable and slow the ranks the wait is for; sleeps that
+  // grow to a millisecond instead.
+  Waiter patient_one() const {
+    Waiter w = *this;
+    w.patient = true;
+    return w;
+  }
 
   // Polls ready(): a bounded spin first (a wake-up costs tens of µs, a
   // small message far less), then yields, then sleeps in growing steps.
@@ -54,7 +66,10 @@ struct Waiter {
         next_check = now + std::chrono::milliseconds(1);
       }
       const auto waited = now - start;
-      if (oversubscribed || waited < std::chrono::milliseconds(2)) {
+      if (patient || (crowded && waited >= std::chrono::microseconds(100))) {
+        std::this_thread::sleep_for(std::min<Clock::duration>(
+            std::chrono::microseconds(50) + waited / 8, std::chrono::milliseconds(1)));
+      } else if (oversubscribed || waited < std::chrono::milliseconds(2)) {
         sched_yield();
       } else {
         std::this_thread::sleep_for(waited < std::chrono::milliseconds(50) ? std::chrono::microseconds(20)
