@@ -54,6 +54,17 @@ compare() {  # compare NAME ROUNDS -- ACCRUN-CMD -- MPIRUN-CMD
 }
 
 echo "# launch across the test bed's 4 hosts, $rounds interleaved rounds (medians)"
+# The floor both launchers stand on: one ssh to each host, all at once (the
+# handshakes share this machine's CPUs).  With the test bed's ssh
+# multiplexing (TESTBED_SSH_MUX=1 at 'testbed up') it is a few ms, and the
+# launchers' own costs show.
+floor=()
+for _ in $(seq "$rounds"); do
+  floor+=("$(t bash -c 'for h in h1 h2 h3 h4; do ssh -F "$0" "$h" true & done; wait' "$ssh_cfg")")
+done
+printf '%-34s %8.1f ms  (ControlMaster: %s)\n' "4 concurrent 'ssh hN true'" \
+  "$(printf '%s\n' "${floor[@]}" | grep -v hang | median | awk '{print $1*1000}')" \
+  "$(grep -q '^ *ControlMaster auto' "$ssh_cfg" && echo on || echo off)"
 compare "4 hosts x 16 /bin/true" "$rounds" -- "$accrun" -n 64 -H "$hosts16" --launch-agent "ssh -F $ssh_cfg" /bin/true \
   -- mpirun --allow-run-as-root -n 64 --host "$hosts16" /bin/true
 hr=$(( rounds < 10 ? rounds : 10 ))
