@@ -506,7 +506,6 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
       // 16th turn, counted across calls.
       const Link& l = links_[static_cast<std::size_t>(std::max(peer, 0))];
       if (peer >= 0 && l.in_fd >= 0 && !l.in_closed && (++spin_turn_ & 15) != 0) {
-        push_queued();
         read_link(peer);
       } else {
         progress(0);
@@ -756,20 +755,6 @@ void TcpTransport::write_link_locked(int peer) {
       l.outq.pop_front();
       l.out_off = 0;
     }
-  }
-}
-
-// What is queued goes out from the calling thread too, without waiting:
-// while a receiver spins, the writer thread may get no CPU (both peers'
-// callers spinning on two cores), and a message that did not fit the
-// socket at once stalled until the spin ended.  The writer holding the
-// lock is sending already.
-void TcpTransport::push_queued() {
-  std::unique_lock<std::mutex> lock(out_mu_, std::try_to_lock);
-  if (!lock.owns_lock()) return;
-  for (std::size_t q = 0; q < links_.size(); ++q) {
-    const Link& l = links_[q];
-    if (l.out_fd >= 0 && l.queued > 0 && l.lost.empty()) write_link_locked(static_cast<int>(q));
   }
 }
 

@@ -172,7 +172,6 @@ class TcpTransport final : public Transport, public HostLinks {
   Status receive_posted(int peer, Tag tag, std::size_t keep, char* dest, std::size_t len, bool up_to,
                         std::string* head, bool* placed, std::size_t* length, const Wait& w);
   void write_link_locked(int peer);
-  void push_queued();
   void write_loop();
   void wake_writer();
   std::string lost(int peer);
