@@ -156,10 +156,10 @@ class PmixDirectory final : public Directory {
     return std::move(v->front());
   }
 
-  // First without a wait; then the server holds the request (PMIX_WAIT)
-  // until the last key is published or the slice ends: up to a second at
-  // a time, so a caller's timeout is kept to the millisecond and nobody
-  // polls.
+  // The server holds the request (PMIX_WAIT) until the last key is
+  // published or the slice ends, up to a second at a time, so a caller's
+  // timeout is kept to the millisecond and nobody polls; keys already
+  // there are answered at once.  A timeout of 0 asks once, without a wait.
   Result<std::vector<std::string>> lookup_all(const std::vector<std::string>& keys, int timeout_ms) override {
     for (const auto& k : keys) ACCRUN_RETURN_IF_ERROR(check(k));
     if (keys.empty()) return std::vector<std::string>{};
@@ -173,7 +173,7 @@ class PmixDirectory final : public Directory {
       }
       const long left = timeout_ms < 0 ? 1000 : std::min<long>(1000, timeout_ms - elapsed);
       std::vector<std::string> out;
-      Status s = lookup_many(keys, first ? 0 : static_cast<int>(std::max<long>(left, 1)), &out);
+      Status s = lookup_many(keys, timeout_ms == 0 ? 0 : static_cast<int>(std::max<long>(left, 1)), &out);
       if (s) return out;
       if (s.code() != Code::kNotFound || timeout_ms == 0) return s;
     }
@@ -232,7 +232,6 @@ class PmixDirectory final : public Directory {
     PMIX_PDATA_FREE(pd, n);
     return st;
   }
-
 };
 
 }  // namespace

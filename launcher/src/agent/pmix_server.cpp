@@ -513,12 +513,15 @@ pmix_status_t up_lookup(const pmix_proc_t* proc, char** keys, const pmix_info_t 
       } else {
         lookup->wait = true;
       }
-    } else if (PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT) || PMIX_CHECK_KEY(&info[i], "accrun.wait.seconds")) {
-      long secs = v.type == PMIX_INT ? v.data.integer : v.type == PMIX_UINT32 ? v.data.uint32 : 0;
-      if (secs > 0) lookup->deadline = std::chrono::steady_clock::now() + std::chrono::seconds(secs);
-    } else if (PMIX_CHECK_KEY(&info[i], "accrun.wait.ms")) {  // libaccrun's held lookups
-      long ms = v.type == PMIX_INT ? v.data.integer : v.type == PMIX_UINT32 ? v.data.uint32 : 0;
-      if (ms > 0) lookup->deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    } else {
+      // The wait's limit: PMIX_TIMEOUT (or accrun.wait.seconds) in seconds,
+      // libaccrun's accrun.wait.ms in milliseconds.
+      long unit_ms = 0;
+      if (PMIX_CHECK_KEY(&info[i], "accrun.wait.ms")) unit_ms = 1;
+      if (PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT) || PMIX_CHECK_KEY(&info[i], "accrun.wait.seconds")) unit_ms = 1000;
+      long n = v.type == PMIX_INT ? v.data.integer : v.type == PMIX_UINT32 ? v.data.uint32 : 0;
+      if (unit_ms > 0 && n > 0)
+        lookup->deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(n * unit_ms);
     }
   }
   lookup->cbfunc = cbfunc;
