@@ -1,7 +1,8 @@
 // No other local user can join a running job (accrun(7) SECURITY): an
 // intruder of another uid, with the job's server address and a faked uid,
 // is refused at every step while the job runs on unaffected; and the
-// kernel's view of a connection's owner, on which that rests.
+// kernel's view of a connection's owner, on which that rests; and no
+// library is ever loaded from a job's working directory.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -136,6 +137,51 @@ std::string stage(const std::string& dir, const std::string& from) {
   dst.close();
   chmod(to.c_str(), 0755);
   return to;
+}
+
+// The shared libraries `elf` names (readelf's NEEDED lines).
+std::vector<std::string> needed(const std::string& elf) {
+  std::vector<std::string> out;
+  std::istringstream in(run_capture("readelf -d '" + elf + "' 2>/dev/null"));
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t open = line.find("(NEEDED)");
+    size_t lb = line.find('[');
+    size_t rb = line.rfind(']');
+    if (open != std::string::npos && lb != std::string::npos && rb > lb) out.push_back(line.substr(lb + 1, rb - lb - 1));
+  }
+  return out;
+}
+
+// An empty RUNPATH entry (CMake pads the build tree's RUNPATH with them to
+// edit it in place at install) is read by the loader as the working
+// directory: a user running accrun in a directory another user can write
+// would load that user's libhwloc.so.15, and so would every rank.
+TEST(Security, NoLibraryIsLoadedFromTheWorkingDirectory) {
+  if (run_capture("command -v readelf").empty()) GTEST_SKIP() << "readelf (binutils) is missing";
+  std::vector<std::string> names = needed(ACCRUN_EXE);
+  for (const std::string& n : needed(LIBACCRUN)) names.push_back(n);
+  ASSERT_GT(names.size(), 3u) << "readelf found too few NEEDED entries";
+  char dir_template[] = "/tmp/accrun-planted-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  std::string dir = dir_template;
+  size_t planted = 0;
+  for (const std::string& n : names) {
+    // The C library and the loader stay real: the shell that starts the job
+    // needs them, and planting the others shows the search order.
+    if (n.rfind("libc.so", 0) == 0 || n.rfind("ld-linux", 0) == 0) continue;
+    std::ifstream src(PLANTED_LIB, std::ios::binary);
+    std::ofstream dst(dir + "/" + n, std::ios::binary);
+    dst << src.rdbuf();
+    ++planted;
+  }
+  ASSERT_GT(planted, 3u);
+  int st = 0;
+  std::string out = run_capture("cd '" + dir + "' && '" + ACCRUN_EXE + "' -n 2 '" + HELLO_EXE + "' 2>&1", &st);
+  bool loaded = access((dir + "/planted-library-was-loaded").c_str(), F_OK) == 0;
+  run_capture("rm -rf '" + dir + "'");
+  EXPECT_FALSE(loaded) << "a library planted in the working directory was loaded; output:\n" << out;
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
 }
 
 TEST(Security, AnotherUserWithAFakedUidCannotJoinReadPublishOrAbort) {
