@@ -10,7 +10,11 @@
 #      agents the controller itself started; with FENCE_BENCH set (the
 #      fence_bench program), a PMIx fence's median time, with and without
 #      data, at each agent count.
-# usage: [FENCE_BENCH=path] multihost_bench.sh ACCRUN MPI_HELLO [ROUNDS]
+# SSH_KEX=ALGORITHMS: both launchers' ssh use that key exchange (a copy of
+# the test bed's ssh config with KexAlgorithms first).  OpenSSH 9.2's default,
+# sntrup761x25519-sha512, costs the client ~0.1 s of CPU per connection on
+# this machine; curve25519-sha256 ~0.01 s.
+# usage: [FENCE_BENCH=path] [SSH_KEX=ALGORITHMS] multihost_bench.sh ACCRUN MPI_HELLO [ROUNDS]
 set -uo pipefail
 accrun=$1
 hello=$2
@@ -19,6 +23,12 @@ limit=${LIMIT:-30}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../tests/testbed/env.sh" || exit $?
 ssh_cfg=$ACCRUN_TESTBED_SSH_CONFIG
+if [ -n "${SSH_KEX:-}" ]; then
+  kex_cfg=$(mktemp)
+  trap 'rm -f "$kex_cfg"' EXIT
+  { echo "KexAlgorithms $SSH_KEX"; cat "$ssh_cfg"; } >"$kex_cfg"
+  ssh_cfg=$kex_cfg
+fi
 export OMPI_MCA_plm_rsh_agent="ssh -F $ssh_cfg"
 export OMPI_MCA_hwloc_base_binding_policy=none
 hosts16=h1:16,h2:16,h3:16,h4:16
@@ -62,9 +72,10 @@ floor=()
 for _ in $(seq "$rounds"); do
   floor+=("$(t bash -c 'for h in h1 h2 h3 h4; do ssh -F "$0" "$h" true & done; wait' "$ssh_cfg")")
 done
-printf '%-34s %8.1f ms  (ControlMaster: %s)\n' "4 concurrent 'ssh hN true'" \
+printf '%-34s %8.1f ms  (ControlMaster: %s, key exchange: %s)\n' "4 concurrent 'ssh hN true'" \
   "$(printf '%s\n' "${floor[@]}" | grep -v hang | median | awk '{print $1*1000}')" \
-  "$(grep -q '^ *ControlMaster auto' "$ssh_cfg" && echo on || echo off)"
+  "$(grep -q '^ *ControlMaster auto' "$ssh_cfg" && echo on || echo off)" \
+  "$(ssh -G -F "$ssh_cfg" h1 | sed -n 's/^kexalgorithms \([^,]*\).*/\1/p')"
 compare "4 hosts x 16 /bin/true" "$rounds" -- "$accrun" -n 64 -H "$hosts16" --launch-agent "ssh -F $ssh_cfg" /bin/true \
   -- mpirun --allow-run-as-root -n 64 --host "$hosts16" /bin/true
 hr=$(( rounds < 10 ? rounds : 10 ))
