@@ -38,6 +38,22 @@ std::string describe_status(int st) {
   return "ended";
 }
 
+// What a launch agent's exit status usually means, and the fix.
+std::string launch_hint(const std::set<int>& exits, const AgentsConfig& config) {
+  std::string hint;
+  auto add = [&hint](const std::string& h) { hint += (hint.empty() ? " (" : "; ") + h; };
+  if (exits.count(127))
+    add("127: the shell there found no " + config.daemon_path +
+        "; install accrun at the same path on every host, or give its path there with --daemon-path");
+  if (exits.count(126)) add("126: " + config.daemon_path + " is there but cannot be run");
+  std::string agent = config.launch_agent.substr(0, config.launch_agent.find(' '));
+  agent = agent.substr(agent.rfind('/') + 1);  // npos + 1 == 0
+  if (exits.count(255) && agent == "ssh")
+    add("255: ssh itself failed; 'ssh HOST true' must work without a password or a question, "
+        "and --launch-agent may give ssh its options");
+  return hint.empty() ? hint : hint + ")";
+}
+
 }  // namespace
 
 // A connection that has not proved the secret yet.
@@ -320,8 +336,10 @@ Status AgentSet::on_frame(Agent& a, uint16_t type, const std::string& payload) {
     auto index = r.u32("launch-exited: index");
     auto st = r.i32("launch-exited: status");
     if (!index || !st || *index >= config_.hosts.size()) return invalid_argument("malformed launch-exited");
-    if (!agents_[*index] && !failed_.count(static_cast<int>(*index)))
+    if (!agents_[*index] && !failed_.count(static_cast<int>(*index))) {
       failed_[static_cast<int>(*index)] = "its launch agent " + describe_status(*st) + " before accrun --daemon connected";
+      if (WIFEXITED(*st)) launch_exits_.insert(WEXITSTATUS(*st));
+    }
     return Status();
   }
   if (type == msg::kHeartbeat) return Status();
@@ -339,6 +357,7 @@ void AgentSet::reap() {
         if ((l.index >= 0 ? i != l.index : is_local(i)) || agents_[i] || failed_.count(i)) continue;
         failed_[i] = "its launch agent (" + l.command + ") " + describe_status(st) +
                      " before accrun --daemon connected";
+        if (WIFEXITED(st)) launch_exits_.insert(WEXITSTATUS(st));
       }
     }
   }
@@ -424,6 +443,7 @@ Status AgentSet::wait_for_hellos() {
     if (shown++ == 4) break;
     why += (why.empty() ? "" : "; ") + std::string("host ") + config_.hosts[index] + ": " + reason;
   }
+  if (!why.empty()) why += launch_hint(launch_exits_, config_);
   if (why.empty()) {
     std::vector<std::string> silent;
     for (int i = 0; i < n; ++i)

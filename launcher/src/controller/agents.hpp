@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,7 @@ class AgentSet {
   std::vector<std::unique_ptr<Agent>> agents_;  // by index, null until hello
   std::vector<AgentHello> hellos_;
   std::map<int, std::string> failed_;           // index → why
+  std::set<int> launch_exits_;                  // exit statuses of launch agents that failed
   int said_hello_ = 0;
 };
 

@@ -82,8 +82,10 @@ check "bad connections refused and reported" "refused a connection from 10\.78\.
 out=$("$accrun" --detect -H h1,nosuchhost --launch-agent "ssh -F $ssh_cfg" 2>&1)
 check "unreachable host exit 1" "^1$" "$?"
 check "unreachable host named" "host nosuchhost: its launch agent .* exited with status 255 before accrun --daemon connected" "$out"
+check "ssh's own failure explained" "\\(255: ssh itself failed; 'ssh HOST true' must work without a password" "$out"
 out=$(ACCRUN_AGENT_TIMEOUT=5 "$accrun" --detect -H h2 --daemon-path /nonexistent/accrun --launch-agent "ssh -F $ssh_cfg" 2>&1)
 check "missing daemon path named" "host h2: .*exited with status 127" "$out"
+check "and --daemon-path suggested" "\\(127: the shell there found no /nonexistent/accrun; .* with --daemon-path\\)$" "$out"
 
 # Nothing is left on any host.
 for h in h1 h2 h3 h4; do
