@@ -881,8 +881,8 @@ int Daemon::run() {
 // unusable directory is bad input (status 2) with nothing started.
 int Daemon::prepare_output_dir() {
   const std::string& dir = *cfg_.output_dir;
-  auto fail = [&](const std::string& path, int err) {
-    refuse("--output-dir " + dir + ": cannot create " + path + ": " + std::strerror(err));
+  auto give_up = [&](const std::string& why) {
+    refuse("--output-dir " + dir + ": " + why);
     for (int& fd : output_files_) {
       if (fd >= 0) close(fd);
       fd = -1;
@@ -890,6 +890,7 @@ int Daemon::prepare_output_dir() {
     output_files_.clear();
     return 2;
   };
+  auto fail = [&](const std::string& path, int err) { return give_up("cannot create " + path + ": " + std::strerror(err)); };
   auto make_dir = [](const std::string& path) {
     if (mkdir(path.c_str(), 0755) == 0) return 0;
     int err = errno;
@@ -906,15 +907,63 @@ int Daemon::prepare_output_dir() {
     }
   }
   if (int err = make_dir(dir); err != 0) return fail(dir, err);
+  // DIR may be shared (a world-writable scratch directory): what accrun makes
+  // inside it, rank.R and its files, is reached without following a symbolic
+  // link and must be this user's alone, or another user could have planted
+  // a link that makes accrun truncate a file of its choosing.
+  auto not_ours = [&](const std::string& path, const std::string& why) {
+    return give_up(path + " " + why +
+                   " (accrun writes only into directories and files of its own user: remove it, or choose another "
+                   "--output-dir)");
+  };
+  const uid_t me = geteuid();
+  int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return fail(dir, errno);
   for (int r : local_ranks_) {
-    std::string rdir = dir + "/rank." + std::to_string(r);
-    if (int err = make_dir(rdir); err != 0) return fail(rdir, err);
-    for (const char* name : {"/stdout", "/stderr"}) {
-      int fd = open((rdir + name).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (fd < 0) return fail(rdir + name, errno);
-      output_files_.push_back(fd);
+    std::string name = "rank." + std::to_string(r);
+    std::string rdir = dir + "/" + name;
+    if (mkdirat(dfd, name.c_str(), 0755) != 0 && errno != EEXIST) return close(dfd), fail(rdir, errno);
+    int rfd = openat(dfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (rfd < 0 && (errno == ELOOP || errno == ENOTDIR)) {
+      bool link = fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+      return close(dfd), not_ours(rdir, link ? "is a symbolic link" : "is not a directory");
     }
+    if (rfd < 0) return close(dfd), fail(rdir, errno);
+    if (fstat(rfd, &st) != 0 || st.st_uid != me) {
+      close(rfd);
+      return close(dfd), not_ours(rdir, "belongs to uid " + std::to_string(st.st_uid));
+    }
+    for (const char* file : {"stdout", "stderr"}) {
+      std::string path = rdir + "/" + file;
+      int fd = openat(rfd, file, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        int err = errno;
+        close(rfd);
+        close(dfd);
+        return err == ELOOP ? not_ours(path, "is a symbolic link") : fail(path, err);
+      }
+      output_files_.push_back(fd);
+      // Truncated only once it is known to be a file of ours with no other name.
+      std::string why;
+      if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) why = "is not a regular file";
+      else if (st.st_uid != me) why = "belongs to uid " + std::to_string(st.st_uid);
+      else if (st.st_nlink != 1) why = "has other names (hard links)";
+      if (why.empty() && ftruncate(fd, 0) != 0) {
+        int err = errno;
+        close(rfd);
+        close(dfd);
+        return fail(path, err);
+      }
+      if (!why.empty()) {
+        close(rfd);
+        close(dfd);
+        return not_ours(path, why);
+      }
+    }
+    close(rfd);
   }
+  close(dfd);
   return 0;
 }
 

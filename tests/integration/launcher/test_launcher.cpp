@@ -12,9 +12,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>
@@ -692,6 +694,53 @@ TEST(Launcher, UnusableOutputDirIsBadInput) {
   }
   unlink(file.c_str());
   unlink(marker.c_str());
+}
+
+// --output-dir in a directory other users can write: a symbolic link or a
+// hard link planted where accrun writes rank.R/stdout, or a rank.R of
+// another user, is refused before anything starts, and the file the link
+// names keeps its bytes (before: accrun truncated it and wrote into it).
+TEST(Launcher, OutputDirNeverFollowsAPlantedLink) {
+  std::string base = tmpdir() + "/accrun-launcher-planted-" + std::to_string(getpid());
+  std::string victim = base + ".victim";
+  std::string marker = base + ".started";
+  auto fresh = [&] {
+    std::system(("rm -rf '" + base + "' && mkdir -m 1777 '" + base + "'").c_str());
+    std::ofstream(victim) << "precious\n";
+  };
+  struct Case {
+    std::string what;
+    std::string plant;  // shell run in base before accrun
+    std::string says;
+  };
+  std::vector<Case> cases = {
+      {"a symbolic link as stdout", "mkdir rank.0 && ln -s '" + victim + "' rank.0/stdout", "rank.0/stdout is a symbolic link"},
+      {"a symbolic link as rank.0", "mkdir d && ln -s d rank.0", "rank.0 is a symbolic link"},
+      {"a hard link as stderr", "mkdir rank.0 && ln '" + victim + "' rank.0/stderr", "rank.0/stderr has other names"},
+  };
+  if (geteuid() == 0) cases.push_back({"another user's rank.0", "mkdir rank.0 && chown 65534 rank.0", "rank.0 belongs to uid 65534"});
+  for (const Case& c : cases) {
+    fresh();
+    ASSERT_EQ(std::system(("cd '" + base + "' && " + c.plant).c_str()), 0) << c.what;
+    RunResult r = run({"-n", "1", "--output-dir", base, "sh", "-c", "touch " + marker + "; echo overwritten"});
+    EXPECT_EQ(r.status, 2) << c.what << ": " << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << c.what << ": " << r.err;
+    EXPECT_NE(r.err.find("choose another --output-dir"), std::string::npos) << r.err;
+    EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
+    EXPECT_FALSE(exists(marker)) << c.what << ": a rank was started";
+    std::ifstream f(victim);
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, "precious\n") << c.what;
+  }
+  // A directory of its own from an earlier run is reused, its files emptied.
+  fresh();
+  ASSERT_EQ(run({"-n", "1", "--output-dir", base, "sh", "-c", "echo first run, longer"}).status, 0);
+  RunResult again = run({"-n", "1", "--output-dir", base, "echo", "second"});
+  EXPECT_EQ(again.status, 0) << again.err;
+  std::ifstream f(base + "/rank.0/stdout");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "second\n");
+  std::system(("rm -rf '" + base + "' '" + victim + "' '" + marker + "'").c_str());
 }
 
 TEST(Launcher, TimeoutEndsTheJobAndNamesTheRanks) {
