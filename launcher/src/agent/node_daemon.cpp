@@ -916,54 +916,39 @@ int Daemon::prepare_output_dir() {
                    " (accrun writes only into directories and files of its own user: remove it, or choose another "
                    "--output-dir)");
   };
+  struct Closer {  // the directories opened on the way
+    int fd;
+    ~Closer() {
+      if (fd >= 0) close(fd);
+    }
+  };
   const uid_t me = geteuid();
-  int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return fail(dir, errno);
+  const Closer dfd{open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (dfd.fd < 0) return fail(dir, errno);
+  struct stat st;
   for (int r : local_ranks_) {
-    std::string name = "rank." + std::to_string(r);
-    std::string rdir = dir + "/" + name;
-    if (mkdirat(dfd, name.c_str(), 0755) != 0 && errno != EEXIST) return close(dfd), fail(rdir, errno);
-    int rfd = openat(dfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    struct stat st;
-    if (rfd < 0 && (errno == ELOOP || errno == ENOTDIR)) {
-      bool link = fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
-      return close(dfd), not_ours(rdir, link ? "is a symbolic link" : "is not a directory");
+    const std::string name = "rank." + std::to_string(r);
+    const std::string rdir = dir + "/" + name;
+    if (mkdirat(dfd.fd, name.c_str(), 0755) != 0 && errno != EEXIST) return fail(rdir, errno);
+    const Closer rfd{openat(dfd.fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+    if (rfd.fd < 0 && (errno == ELOOP || errno == ENOTDIR)) {
+      bool link = fstatat(dfd.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+      return not_ours(rdir, link ? "is a symbolic link" : "is not a directory");
     }
-    if (rfd < 0) return close(dfd), fail(rdir, errno);
-    if (fstat(rfd, &st) != 0 || st.st_uid != me) {
-      close(rfd);
-      return close(dfd), not_ours(rdir, "belongs to uid " + std::to_string(st.st_uid));
-    }
+    if (rfd.fd < 0) return fail(rdir, errno);
+    if (fstat(rfd.fd, &st) != 0 || st.st_uid != me) return not_ours(rdir, "belongs to uid " + std::to_string(st.st_uid));
     for (const char* file : {"stdout", "stderr"}) {
-      std::string path = rdir + "/" + file;
-      int fd = openat(rfd, file, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-      if (fd < 0) {
-        int err = errno;
-        close(rfd);
-        close(dfd);
-        return err == ELOOP ? not_ours(path, "is a symbolic link") : fail(path, err);
-      }
+      const std::string path = rdir + "/" + file;
+      int fd = openat(rfd.fd, file, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+      if (fd < 0) return errno == ELOOP ? not_ours(path, "is a symbolic link") : fail(path, errno);
       output_files_.push_back(fd);
       // Truncated only once it is known to be a file of ours with no other name.
-      std::string why;
-      if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) why = "is not a regular file";
-      else if (st.st_uid != me) why = "belongs to uid " + std::to_string(st.st_uid);
-      else if (st.st_nlink != 1) why = "has other names (hard links)";
-      if (why.empty() && ftruncate(fd, 0) != 0) {
-        int err = errno;
-        close(rfd);
-        close(dfd);
-        return fail(path, err);
-      }
-      if (!why.empty()) {
-        close(rfd);
-        close(dfd);
-        return not_ours(path, why);
-      }
+      if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return not_ours(path, "is not a regular file");
+      if (st.st_uid != me) return not_ours(path, "belongs to uid " + std::to_string(st.st_uid));
+      if (st.st_nlink != 1) return not_ours(path, "has other names (hard links)");
+      if (ftruncate(fd, 0) != 0) return fail(path, errno);
     }
-    close(rfd);
   }
-  close(dfd);
   return 0;
 }
 
