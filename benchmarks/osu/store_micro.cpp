@@ -8,7 +8,8 @@
 //                                           one launch with mpirun's binding
 // The first argument after the options names the benchmark (allreduce, bcast,
 // allgather, reduce_scatter, barrier, latency, bw).  Tuning knobs for sweeps:
-// --half B --small-max B --ar-chunk B --bc-chunk B --ag-chunk B --spin-ns NS.
+// --half B --small-max B --ar-chunk B --bc-chunk B --ag-chunk B --spin-ns NS
+// --cma-min B --ag-cma-min B --bc-cma-min B.
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -77,6 +78,7 @@ bool take_tuning(std::vector<std::string>& args, coll::store::Tuning* t) {
     else if (a == "--ag-chunk") t->allgather_chunk = val();
     else if (a == "--spin-ns") t->spin_ns = static_cast<int>(val());
     else if (a == "--cma-min") t->cma_min = val();
+    else if (a == "--ag-cma-min") t->allgather_cma_min = val();
     else if (a == "--bc-cma-min") t->bcast_cma_min = val();
     else rest.push_back(a);
   }

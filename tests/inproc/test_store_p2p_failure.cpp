@@ -340,6 +340,7 @@ TEST(StoreTuning, TinyHalvesAndRingsStillGiveExactResults) {
   t.allgather_chunk = 768;
   t.ring_bytes = 4096;
   t.cma_min = 1024;  // 5000 elements take the cross-memory-attach paths
+  t.allgather_cma_min = 1024;
   t.bcast_cma_min = 1024;
   t.bcast_small_slots = 3;  // broadcast rings wrap many times
   t.bcast_slots = 3;
@@ -359,8 +360,17 @@ TEST(StoreTuning, TinyHalvesAndRingsStillGiveExactResults) {
         std::vector<std::int32_t> bc(n, r);
         ASSERT_TRUE((*b)->broadcast(bc.data(), n, DType::kInt32, 2, nullptr).is_ok());
         ASSERT_EQ(bc, std::vector<std::int32_t>(n, 2));
-        std::vector<std::int32_t> all(3 * n);
-        ASSERT_TRUE((*b)->allgather(bc.data(), all.data(), n, DType::kInt32, nullptr).is_ok());
+        // Each rank's part, gathered from its send buffer and in place.
+        std::vector<std::int32_t> all(3 * n), want(3 * n);
+        for (int q = 0; q < 3; ++q)
+          for (std::size_t i = 0; i < n; ++i) want[q * n + i] = q * 100000 + static_cast<std::int32_t>(i);
+        std::vector<std::int32_t> part(want.begin() + r * n, want.begin() + (r + 1) * n);
+        ASSERT_TRUE((*b)->allgather(part.data(), all.data(), n, DType::kInt32, nullptr).is_ok());
+        ASSERT_EQ(all, want);
+        std::vector<std::int32_t> inplace(3 * n, -1);
+        std::copy(part.begin(), part.end(), inplace.begin() + r * n);
+        ASSERT_TRUE((*b)->allgather(inplace.data(), inplace.data(), n, DType::kInt32, nullptr).is_ok());
+        ASSERT_EQ(inplace, want);
         std::vector<std::int64_t> rs(3 * n, r), rs_out(n);
         ASSERT_TRUE((*b)->reducescatter(rs.data(), rs_out.data(), n, DType::kInt64, Op::kSum, nullptr).is_ok());
         ASSERT_EQ(rs_out, std::vector<std::int64_t>(n, 3));

@@ -14,11 +14,39 @@ Status StoreGroup::allgather(const void* send, void* recv, std::size_t count_per
   const std::size_t m = count_per_rank * ds;
   char* out = static_cast<char*>(recv);
   // In place: this rank's part already sits at recv + rank * m.
-  const char* mine = send == recv ? out + rank_ * m : static_cast<const char*>(send);
-  if (mine != out + rank_ * m) std::memmove(out + rank_ * m, mine, m);
-  mine = out + rank_ * m;
-  if (size_ == 1) return Status::ok();
+  const char* given = send == recv ? out + rank_ * m : static_cast<const char*>(send);
+  const char* mine = out + rank_ * m;
+  auto copy_mine = [&] {
+    if (given != mine) std::memmove(out + rank_ * m, given, m);
+  };
+  if (size_ == 1) return copy_mine(), Status::ok();
   sign(Coll::kAllgather, count_per_rank, dt, Op::kSum, -1);
+  const std::size_t cma_min = oversubscribed_ ? tun_.cma_min : std::min(tun_.cma_min, tun_.allgather_cma_min);
+  if (shm_->cma() && m >= cma_min) {
+    // Single copy: the others read this rank's part where the caller gave
+    // it (the send buffer, untouched by this call: reading lines another
+    // core has just written costs twice as much), while this rank copies
+    // its own part and then reads theirs.
+    const int h = begin_round();
+    if (!ok_) return broken_;
+    const std::uint64_t addr = reinterpret_cast<std::uint64_t>(given);
+    std::memcpy(box(rank_, h), &addr, sizeof addr);
+    const std::uint64_t v = publish_box(h);
+    copy_mine();
+    for (int i = 1; i < size_; ++i) {
+      const int q = (rank_ + i) % size_;
+      ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
+      ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
+      std::uint64_t qa;
+      std::memcpy(&qa, box(q, h), sizeof qa);
+      ACCRUN_RETURN_IF_ERROR(guard(shm_->cma_read(q, out + q * m, qa, m, op_)));
+    }
+    const std::uint64_t c = publish();
+    ACCRUN_RETURN_IF_ERROR(guard(wait_all(c)));  // nobody reuses its buffer while others read it
+    end_round();
+    return Status::ok();
+  }
+  copy_mine();
   if (m <= kBoxBytes) {
     const int h = begin_round();
     if (!ok_) return broken_;
@@ -30,26 +58,6 @@ Status StoreGroup::allgather(const void* send, void* recv, std::size_t count_per
       ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
       std::memcpy(out + q * m, box(q, h), m);
     }
-    end_round();
-    return Status::ok();
-  }
-  if (shm_->cma() && m >= tun_.cma_min) {
-    // Single copy: read every other rank's part where it lies.
-    const int h = begin_round();
-    if (!ok_) return broken_;
-    const std::uint64_t addr = reinterpret_cast<std::uint64_t>(mine);
-    std::memcpy(box(rank_, h), &addr, sizeof addr);
-    const std::uint64_t v = publish_box(h);
-    for (int i = 1; i < size_; ++i) {
-      const int q = (rank_ + i) % size_;
-      ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
-      ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
-      std::uint64_t qa;
-      std::memcpy(&qa, box(q, h), sizeof qa);
-      ACCRUN_RETURN_IF_ERROR(guard(shm_->cma_read(q, out + q * m, qa, m, op_)));
-    }
-    const std::uint64_t c = publish();
-    ACCRUN_RETURN_IF_ERROR(guard(wait_all(c)));  // nobody reuses its buffer while others read it
     end_round();
     return Status::ok();
   }

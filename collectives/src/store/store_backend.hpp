@@ -31,6 +31,11 @@ struct Tuning {
   // buffers directly with process_vm_readv (single copy, three
   // synchronisations per call) when every member can (checked at setup).
   std::size_t cma_min = 256 * 1024;
+  // Allgather reads the others' parts from their send buffers, lines no
+  // core has just written: with a CPU for every rank single copy wins from
+  // 16 KiB here; oversubscribed, its three synchronisations cost more than
+  // they save below cma_min.
+  std::size_t allgather_cma_min = 16 * 1024;
   bool cma = true;
   // Broadcast only: the rings beat single-copy reads through 4 MiB here
   // (benchmarks/README.md), so CMA is kept for larger messages.
