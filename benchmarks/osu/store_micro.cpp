@@ -9,7 +9,7 @@
 // The first argument after the options names the benchmark (allreduce, bcast,
 // allgather, reduce_scatter, barrier, latency, bw).  Tuning knobs for sweeps:
 // --half B --small-max B --ar-chunk B --bc-chunk B --ag-chunk B --spin-ns NS
-// --cma-min B --ag-cma-min B --bc-cma-min B.
+// --cma-min B --ag-cma-min B --bc-cma-min B --bc-cma-mid MIN:MAX.
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -80,7 +80,11 @@ bool take_tuning(std::vector<std::string>& args, coll::store::Tuning* t) {
     else if (a == "--cma-min") t->cma_min = val();
     else if (a == "--ag-cma-min") t->allgather_cma_min = val();
     else if (a == "--bc-cma-min") t->bcast_cma_min = val();
-    else rest.push_back(a);
+    else if (a == "--bc-cma-mid" && i + 1 < args.size()) {  // MIN:MAX, the single-copy window (0:0 closes it)
+      const std::string& v = args[++i];
+      t->bcast_cma_mid_min = std::strtoull(v.c_str(), nullptr, 10);
+      t->bcast_cma_mid_max = v.find(':') == std::string::npos ? 0 : std::strtoull(v.c_str() + v.find(':') + 1, nullptr, 10);
+    } else rest.push_back(a);
   }
   args = rest;
   return true;

@@ -1,6 +1,8 @@
 // Broadcast over the shared-memory transport.
 //
-// Below bcast_cma_min (all, without CMA) chunks stream through one of two
+// Below bcast_cma_min (all, without CMA), apart from the single-copy window
+// [bcast_cma_mid_min, bcast_cma_mid_max) on a host with a CPU per rank,
+// chunks stream through one of two
 // group-wide rings: messages up to bcast_small_max use a deep ring of small
 // slots, larger ones go chunk by chunk through a ring of bcast_chunk slots.
 // Every rank counts each ring's chunks (`step`) identically; chunk t goes to
@@ -26,7 +28,9 @@ Status StoreGroup::broadcast(void* buf, std::size_t count, DType dt, int root, v
   if (count == 0 || size_ == 1) return Status::ok();
   sign(Coll::kBroadcast, count, dt, Op::kSum, root);
   char* data = static_cast<char*>(buf);
-  if (shm_->cma() && count * ds >= tun_.bcast_cma_min) {
+  const std::size_t total = count * ds;
+  const bool mid = !oversubscribed_ && total >= tun_.bcast_cma_mid_min && total < tun_.bcast_cma_mid_max;
+  if (shm_->cma() && (total >= tun_.bcast_cma_min || mid)) {
     // Single copy: every other rank reads the root's buffer directly; the
     // root returns once all have read it.
     const int h = begin_round();

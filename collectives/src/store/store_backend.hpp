@@ -40,6 +40,11 @@ struct Tuning {
   // Broadcast only: the rings beat single-copy reads through 4 MiB here
   // (benchmarks/README.md), so CMA is kept for larger messages.
   std::size_t bcast_cma_min = 16u << 20;
+  // With a CPU for every rank single copy also wins in between (2 ranks:
+  // 128 KiB-512 KiB 30% faster than the rings); from 1 MiB the rings, whose
+  // root runs ahead of its readers, are faster again.
+  std::size_t bcast_cma_mid_min = 128 * 1024;
+  std::size_t bcast_cma_mid_max = 1024 * 1024;  // exclusive
   // Send/recv: the bytes a sender keeps buffered in side files towards one
   // receiver; past it a send waits until the receiver has taken enough (a
   // larger message goes alone).  accrun_send(3).
