@@ -371,6 +371,14 @@ TEST(StoreTuning, TinyHalvesAndRingsStillGiveExactResults) {
         std::copy(part.begin(), part.end(), inplace.begin() + r * n);
         ASSERT_TRUE((*b)->allgather(inplace.data(), inplace.data(), n, DType::kInt32, nullptr).is_ok());
         ASSERT_EQ(inplace, want);
+        // A send buffer inside the receive buffer, in another rank's part
+        // (never at its start: send == recv means in place): it is
+        // overwritten by that rank's part during the call.
+        std::vector<std::int32_t> inside(3 * n, -1);
+        const std::size_t at = static_cast<std::size_t>(r == 2 ? 1 : r + 1) * n;
+        std::copy(part.begin(), part.end(), inside.begin() + static_cast<long>(at));
+        ASSERT_TRUE((*b)->allgather(inside.data() + at, inside.data(), n, DType::kInt32, nullptr).is_ok());
+        ASSERT_EQ(inside, want) << "rank " << r << " n " << n << " cma " << cma;
         std::vector<std::int64_t> rs(3 * n, r), rs_out(n);
         ASSERT_TRUE((*b)->reducescatter(rs.data(), rs_out.data(), n, DType::kInt64, Op::kSum, nullptr).is_ok());
         ASSERT_EQ(rs_out, std::vector<std::int64_t>(n, 3));

@@ -27,12 +27,18 @@ Status StoreGroup::allgather(const void* send, void* recv, std::size_t count_per
     // it (the send buffer, untouched by this call: reading lines another
     // core has just written costs twice as much), while this rank copies
     // its own part and then reads theirs.
+    // A send buffer that overlaps the receive buffer elsewhere than this
+    // rank's part would change under the others' reads: copied first, and
+    // read from its place in the receive buffer.
+    const char* end = out + static_cast<std::size_t>(size_) * m;
+    const bool overlaps = given != mine && given < end && given + m > out;
+    if (overlaps) copy_mine();
     const int h = begin_round();
     if (!ok_) return broken_;
-    const std::uint64_t addr = reinterpret_cast<std::uint64_t>(given);
+    const std::uint64_t addr = reinterpret_cast<std::uint64_t>(overlaps ? mine : given);
     std::memcpy(box(rank_, h), &addr, sizeof addr);
     const std::uint64_t v = publish_box(h);
-    copy_mine();
+    if (!overlaps) copy_mine();
     for (int i = 1; i < size_; ++i) {
       const int q = (rank_ + i) % size_;
       ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
