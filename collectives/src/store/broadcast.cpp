@@ -29,7 +29,8 @@ Status StoreGroup::broadcast(void* buf, std::size_t count, DType dt, int root, v
   sign(Coll::kBroadcast, count, dt, Op::kSum, root);
   char* data = static_cast<char*>(buf);
   const std::size_t total = count * ds;
-  const bool mid = !oversubscribed_ && total >= tun_.bcast_cma_mid_min && total < tun_.bcast_cma_mid_max;
+  const bool mid = !shm_->waiter().oversubscribed && total >= tun_.bcast_cma_mid_min &&
+                   total < tun_.bcast_cma_mid_max;
   if (shm_->cma() && (total >= tun_.bcast_cma_min || mid)) {
     // Single copy: every other rank reads the root's buffer directly; the
     // root returns once all have read it.

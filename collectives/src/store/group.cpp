@@ -44,7 +44,6 @@ StoreGroup::StoreGroup(const GroupContext& ctx, const Tuning& t)
   // Eight or more ranks per CPU: a rank that keeps yielding keeps the
   // ranks it waits for from the CPU, so past a short while it sleeps.
   if (cpus > 0 && size_ >= 8 * cpus) w.crowded = true;
-  oversubscribed_ = w.oversubscribed;
   shm_ = std::make_unique<ShmTransport>(ctx, t, w);
 }
 

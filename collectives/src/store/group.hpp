@@ -124,7 +124,6 @@ class StoreGroup final : public Backend {
   int size_;
   int timeout_ms_;
   Tuning tun_;
-  bool oversubscribed_ = false;  // more ranks than CPUs (the Waiter's view)
   std::unique_ptr<ShmTransport> shm_;
 
   std::uint64_t sig_[2] = {0, 0};   // the current call's signature
