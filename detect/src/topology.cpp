@@ -48,6 +48,7 @@ Result<Topology> load_topology(const DetectConfig& config, bool with_io) {
   hwloc_topology_set_cache_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_NONE);
   hwloc_topology_set_icache_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_NONE);
   hwloc_topology_set_type_filter(raw, HWLOC_OBJ_MISC, HWLOC_TYPE_FILTER_KEEP_NONE);
+  leave_out_cpuid_discovery(raw);
   if (config.topology_xml) {
     if (hwloc_topology_set_xml(raw, config.topology_xml->c_str()) != 0) {
       return invalid_argument("cannot read the hwloc XML topology '" + *config.topology_xml +
@@ -132,6 +133,16 @@ Result<Topology> load_topology(const DetectConfig& config, bool with_io) {
 }  // namespace accrun::detect::internal
 
 namespace accrun::detect {
+
+void leave_out_cpuid_discovery(void* topology) {
+#ifdef __linux__
+  if (topology == nullptr || std::getenv("HWLOC_COMPONENTS") != nullptr) return;
+  hwloc_topology_set_components(static_cast<hwloc_topology_t>(topology), HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
+                                "x86");
+#else
+  (void)topology;
+#endif
+}
 
 HwlocPluginHold::HwlocPluginHold() {
   // hwloc's GL plugin looks for X displays (pulling in libX11 and xcb):

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "accrun/detect.hpp"
 #include "accrun/log.hpp"
 
 namespace accrun::launcher {
@@ -594,6 +595,7 @@ Result<std::unique_ptr<PmixServer>> PmixServer::start(const std::string& rendezv
   hwloc_topology_t topo = nullptr;
   if (hwloc_topology_init(&topo) == 0) {
     hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+    detect::leave_out_cpuid_discovery(topo);
     if (hwloc_topology_load(topo) != 0) {
       hwloc_topology_destroy(topo);
       topo = nullptr;
