@@ -54,19 +54,13 @@ int launch_main(const Options& options, char** envp) {
     }
     return run_cluster_job(options, envp);
   }
-  const detect::HwlocPluginHold hwloc_plugins;  // detection and the PMIx server share one load
-  auto plan = build_plan(options, envp, free_tcp_port());
-  if (!plan) {
-    std::fprintf(stderr, "accrun: %s\n", plan.status().message().c_str());
-    Code c = plan.status().code();
-    return c == Code::kInvalidArgument || c == Code::kInvalidUsage || c == Code::kNotFound ||
-                   c == Code::kNotSupported
-               ? 2
-               : 1;
-  }
+  // Loaded before the agent is forked: detection here and the agent's PMIx
+  // server share one load of hwloc's plugins.
+  const detect::HwlocPluginHold hwloc_plugins;
   // This host's share runs in its node agent, which the controller forks
-  // and speaks to over the same protocol as agents on other hosts.
-  return run_cluster_job(options, envp, std::move(*plan));
+  // and speaks to over the same protocol as agents on other hosts; the job
+  // is planned here meanwhile.
+  return run_cluster_job(options, envp, [&options, envp] { return build_plan(options, envp, free_tcp_port()); });
 }
 
 }  // namespace accrun::launcher

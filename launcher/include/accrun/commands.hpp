@@ -27,8 +27,15 @@ int free_tcp_port();
 int daemon_main(const Options& options, char** envp);
 // This host's node agent, forked by the job controller: serves the
 // controller on `fd` (its end of a socketpair) as agent `index` and returns
-// the process's exit status.                          (agent_main.cpp)
-int run_local_agent(int fd, int index, char** envp);
+// the process's exit status.  With `early.host` (a job of this host alone,
+// whose plan will name it so, with the job id `early.jobid`), it starts the
+// job's janitor, directories and PMIx server at once, while the controller
+// plans.                                                 (agent_main.cpp)
+struct EarlyJob {
+  std::string host;   // "": none
+  std::string jobid;
+};
+int run_local_agent(int fd, int index, char** envp, const EarlyJob& early = {});
 
 // Whether a hostfile's `name` means the host called `self` (localhost, the
 // same name, or the same name without its domain).  Pure.

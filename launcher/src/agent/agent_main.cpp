@@ -118,13 +118,31 @@ std::pair<bool, std::string> detect_here(const AgentLaunch& launch, char** envp)
   return {true, detect::to_json({*inv})};
 }
 
+// Where a job's rendezvous directory goes: $TMPDIR, else /tmp.
+std::string tmpdir_of(char** envp) {
+  for (char** e = envp; e != nullptr && *e != nullptr; ++e)
+    if (std::strncmp(*e, "TMPDIR=", 7) == 0 && (*e)[7] != '\0') return *e + 7;
+  return "/tmp";
+}
+
 // Serves the controller on `fd` until it says to end or goes away; it may
 // first hand us this host's part of a job.  `local`: this agent was forked
 // by the controller on its own host, and keeps accrun's standard input for
-// the ranks; an agent elsewhere gives its ranks none.
+// the ranks; an agent elsewhere gives its ranks none.  `early`: the
+// controller plans a job of this host alone; the part of its start that
+// needs no plan begins now (prepare_job).
 int serve(int fd, int self, const std::string& me, char** envp, std::vector<LaunchProcess>& children, bool local,
-          TreeLinks* tree) {
+          TreeLinks* tree, const EarlyJob& early = {}) {
   AgentUpstream upstream(fd, self, tree);
+  std::unique_ptr<PreparedJob> prepared;
+  if (!early.host.empty()) {
+    EarlyStart start;
+    start.host = early.host;
+    start.jobid = early.jobid;
+    start.tmpdir = tmpdir_of(envp);
+    start.upstream = &upstream;
+    prepared = prepare_job(start);
+  }
   int status = 0;
   std::optional<Clock::time_point> leave_by;  // after our ranks ended: the shutdown is due
   // Objects this host's ranks put, served to the other hosts' ranks until
@@ -198,8 +216,7 @@ int serve(int fd, int self, const std::string& me, char** envp, std::vector<Laun
         }
         RunConfig& cfg = job->config;
         cfg.inherited = environment_of(envp);
-        if (auto it = cfg.inherited.find("TMPDIR"); it != cfg.inherited.end() && !it->second.empty())
-          cfg.tmpdir = it->second;
+        cfg.tmpdir = tmpdir_of(envp);
         // A topology read from XML describes some other machine: it plans,
         // it never binds real processes (docs/design.md §4).
         if (cfg.inherited.count("HWLOC_XMLFILE") != 0) cfg.bind = false;
@@ -218,7 +235,7 @@ int serve(int fd, int self, const std::string& me, char** envp, std::vector<Laun
         // it did not take (it ended before them) comes back here.
         upstream.defer(std::vector<wire::Frame>(frames.begin() + static_cast<long>(i) + 1, frames.end()));
         frames.resize(i + 1);
-        int job_status = run_job(job->plan, cfg, &remains);
+        int job_status = run_job(job->plan, cfg, &remains, std::move(prepared));
         for (wire::Frame& rest : upstream.take_deferred()) frames.push_back(std::move(rest));
         wire::Writer w;
         w.i32(job_status);
@@ -366,7 +383,7 @@ int daemon_main(const Options&, char** envp) {
   return status;
 }
 
-int run_local_agent(int fd, int index, char** envp) {
+int run_local_agent(int fd, int index, char** envp, const EarlyJob& early) {
   // Ctrl-C and Ctrl-Z at the terminal reach this process too: the
   // controller decides what the ranks hear.
   for (int s : {SIGINT, SIGQUIT, SIGTSTP, SIGHUP, SIGUSR1, SIGUSR2}) signal(s, SIG_IGN);
@@ -382,7 +399,7 @@ int run_local_agent(int fd, int index, char** envp) {
   hello.u16(static_cast<uint16_t>(free_tcp_port()));
   if (!send_frame(fd, msg::kHello, hello.data())) return 1;
   std::vector<LaunchProcess> none;
-  return serve(fd, index, self, envp, none, true, nullptr);
+  return serve(fd, index, self, envp, none, true, nullptr, early);
 }
 
 }  // namespace accrun::launcher

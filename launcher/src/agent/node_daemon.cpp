@@ -152,7 +152,7 @@ constexpr uint64_t kTagSignal = 1, kTagQueue = 2, kTagStdin = 3, kTagUpstream = 
                    kTagPmi = 1ULL << 34;
 
 // Grows this process's file descriptor table to hold `fds` descriptors
-// while no other thread shares it.  Every rank costs about six descriptors
+// (at most the soft limit) while no other thread shares it.  Every rank costs about six descriptors
 // (two output pipes, a PMI socket, their ends until the fork); growing the
 // table past a power of two once the PMIx server's threads run waits for
 // an RCU grace period (about 10 ms here, seen at the 40th of 64 ranks).
@@ -226,6 +226,16 @@ class Daemon final : public ClientEvents, public DaemonControl {
       : plan_(plan), cfg_(config), up_(config.upstream), remains_out_(remains) {}
   ~Daemon() override;
   int run();
+  // The start that needs neither the job's plan nor its options (see
+  // prepare_job()): the signal handling, the janitor, the job's directories
+  // and the PMIx server.  Done once; run() does it when nobody did before.
+  Status prepare();
+  // Whether a daemon prepared for this host alone can run `plan` as
+  // `config` says; adopt() makes them its own.
+  bool can_adopt(const Plan& plan, const RunConfig& config) const;
+  void adopt(const Plan& plan, const RunConfig& config, std::unique_ptr<JobRemains>* remains);
+  // Undoes what prepare() did, for a daemon that never runs.
+  void abandon() { finish(); }
 
   void on_connected(int rank) override;
   void on_finalized(int rank) override;
@@ -337,8 +347,9 @@ class Daemon final : public ClientEvents, public DaemonControl {
     return v;
   }
 
-  const Plan& plan_;
-  const RunConfig& cfg_;
+  // Copies: a prepared daemon exists before its job's plan does.
+  Plan plan_;
+  RunConfig cfg_;
   Upstream* up_;  // the job controller: never null
   std::unique_ptr<JobRemains>* remains_out_;  // run_job's: may be null
   Clock::time_point t0_ = Clock::now();
@@ -355,6 +366,7 @@ class Daemon final : public ClientEvents, public DaemonControl {
   bool mask_set_ = false;
   struct sigaction old_pipe_ {};
   int old_subreaper_ = 0;
+  bool prepared_ = false;
   std::map<int, int> spawned_host_;     // id of every spawned process of the job -> its plan host
   std::unique_ptr<UpcallQueue> queue_;
   std::unique_ptr<PmixServer> pmix_;
@@ -952,6 +964,111 @@ int Daemon::prepare_output_dir() {
   return 0;
 }
 
+Status Daemon::prepare() {
+  if (prepared_) return Status();
+  prepared_ = true;  // what it leaves half done, finish() undoes
+  // Before the PMIx server's threads exist: room for the ranks' descriptors
+  // (for as many as 500 when they are not known yet, as in prepare_job).
+  reserve_fd_table(64 + 8 * std::max<size_t>(local_ranks_.size(), 500));
+  // Signals: blocked before any thread exists (PMIx starts its own), read
+  // through a signalfd, unblocked again in each child.
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int s : kSignals) sigaddset(&mask, s);
+  sigprocmask(SIG_BLOCK, &mask, &old_mask_);
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ign, &old_pipe_);
+  prctl(PR_GET_CHILD_SUBREAPER, &old_subreaper_);
+  children_before_ = children_of_self();
+  mask_set_ = true;
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  sigfd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  epfd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (sigfd_ < 0 || epfd_ < 0) return system_error("cannot create the event loop");
+
+  // The janitor first, then the directories it knows about.
+  jobid_ = cfg_.jobid.empty() ? new_job_id() : cfg_.jobid;
+  std::string uid = std::to_string(getuid());
+  // Across hosts every agent shares the job id (one PMIx namespace); its
+  // directories add the host's index, so agents that share /tmp or /dev/shm
+  // (several simulated hosts on one machine) never collide.
+  std::string dir_id = jobid_;
+  if (plan_.hosts.size() > 1) {
+    char node[16];
+    std::snprintf(node, sizeof node, "%06x", static_cast<unsigned>(cfg_.host));
+    dir_id += node;
+  }
+  rendezvous_ = cfg_.tmpdir + "/accrun." + uid + "." + dir_id;
+  shm_dir_ = cfg_.shm_root + "/accrun." + uid + "." + dir_id;
+  log(LogLevel::kDebug, "job %s: %s, %s", jobid_.c_str(), rendezvous_.c_str(), shm_dir_.c_str());
+  // Directories of this user's jobs whose accrun and janitor both died (a
+  // cgroup kill, the OOM killer) go now: nobody holds their owner lock.
+  sweep_stale_job_dirs(cfg_.tmpdir, cfg_.shm_root);
+  auto jan = Janitor::start({rendezvous_, shm_dir_},
+                            {"ACCRUN_JOB_ID=" + jobid_, "ACCRUN_HOST=" + plan_.hosts[static_cast<size_t>(cfg_.host)].inventory.host});
+  if (!jan) return jan.status();
+  janitor_ = std::move(*jan);
+  if (Status s = janitor_.watch_upstream(up_->fd()); !s) return s;
+  trace(t0_, "janitor started");
+  up_->tick();  // a slow start is not a dead host
+  for (const std::string& d : {rendezvous_, rendezvous_ + "/job", shm_dir_, shm_dir_ + "/ompi"}) {
+    if (Status s = make_private_dir(d); !s) return s;
+  }
+  trace(t0_, "dirs made");
+  // The owner locks say the directories are in use; the janitor holds a
+  // copy, so they stay held while either process lives.
+  for (const std::string& d : {rendezvous_, shm_dir_}) {
+    auto lock = hold_owner_lock(d);
+    if (!lock) return lock.status();
+    owner_fds_.push_back(*lock);
+    if (Status s = janitor_.hold(*lock); !s) return s;
+  }
+
+  trace(t0_, "locks held");
+  // Across hosts, this agent serves the job's objects to the other hosts'
+  // ranks, on the address the controller reached us at (or, for the
+  // controller's own host, every address the controller offers).
+  if (plan_.hosts.size() > 1) {
+    auto server = ObjectServer::start(wire::addresses_reached_by(up_->fd()), shm_dir_);
+    if (!server) return server.status();
+    objects_ = std::move(*server);
+  }
+  // The PMIx server and the job's namespace.
+  queue_ = std::make_unique<UpcallQueue>();
+  if (!queue_->valid()) return system_error("eventfd");
+  trace(t0_, "queue made");
+  auto server = PmixServer::start(rendezvous_, queue_.get(), this);
+  trace(t0_, "server started");
+  if (!server) return server.status();
+  pmix_ = std::move(*server);
+  {
+    Upstream* up = up_;
+    pmix_->set_fence_router([this, up](const std::string& signature, std::string blob, PmixServer::FenceDone done) {
+      // A fence among ranks of this host alone needs no other host.
+      if (all_here(signature)) return done(true, std::move(blob));
+      up->fence(signature, std::move(blob), std::move(done));
+    });
+    pmix_->set_directory_router(up->directory());
+    pmix_->set_modex_router([up](int rank, PmixServer::ModexDone done) { up->modex(rank, std::move(done)); });
+  }
+  trace(t0_, "PMIx server initialised");
+  up_->tick();  // a slow start is not a dead host
+  return Status();
+}
+
+bool Daemon::can_adopt(const Plan& plan, const RunConfig& config) const {
+  return plan.hosts.size() == 1 && plan_.hosts.size() == 1 && config.host == 0 && config.jobid == jobid_ &&
+         plan.hosts[0].inventory.host == plan_.hosts[0].inventory.host && config.tmpdir == cfg_.tmpdir &&
+         config.shm_root == cfg_.shm_root && config.err_fd == cfg_.err_fd && config.upstream == up_;
+}
+
+void Daemon::adopt(const Plan& plan, const RunConfig& config, std::unique_ptr<JobRemains>* remains) {
+  plan_ = plan;
+  cfg_ = config;
+  remains_out_ = remains;
+}
+
 // Returns -1 when the ranks run, else an exit status (nothing left running).
 int Daemon::setup_and_spawn() {
   for (const auto& r : plan_.ranks)
@@ -1013,117 +1130,10 @@ int Daemon::setup_and_spawn() {
     if (int status = prepare_output_dir(); status != 0) return status;
   }
 
-  // Signals: blocked before any thread exists (PMIx starts its own), read
-  // through a signalfd, unblocked again in each child.
-  sigset_t mask;
-  sigemptyset(&mask);
-  for (int s : kSignals) sigaddset(&mask, s);
-  sigprocmask(SIG_BLOCK, &mask, &old_mask_);
-  struct sigaction ign {};
-  ign.sa_handler = SIG_IGN;
-  sigaction(SIGPIPE, &ign, &old_pipe_);
-  prctl(PR_GET_CHILD_SUBREAPER, &old_subreaper_);
-  children_before_ = children_of_self();
-  mask_set_ = true;
-  prctl(PR_SET_CHILD_SUBREAPER, 1);
-  sigfd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-  epfd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (sigfd_ < 0 || epfd_ < 0) {
-    say(cfg_.err_fd, "cannot create the event loop: " + std::string(std::strerror(errno)));
-    return 1;
-  }
-
-  // The janitor first, then the directories it knows about.
-  jobid_ = cfg_.jobid.empty() ? new_job_id() : cfg_.jobid;
-  std::string uid = std::to_string(getuid());
-  // Across hosts every agent shares the job id (one PMIx namespace); its
-  // directories add the host's index, so agents that share /tmp or /dev/shm
-  // (several simulated hosts on one machine) never collide.
-  std::string dir_id = jobid_;
-  if (plan_.hosts.size() > 1) {
-    char node[16];
-    std::snprintf(node, sizeof node, "%06x", static_cast<unsigned>(cfg_.host));
-    dir_id += node;
-  }
-  rendezvous_ = cfg_.tmpdir + "/accrun." + uid + "." + dir_id;
-  shm_dir_ = cfg_.shm_root + "/accrun." + uid + "." + dir_id;
-  // Directories of this user's jobs whose accrun and janitor both died (a
-  // cgroup kill, the OOM killer) go now: nobody holds their owner lock.
-  sweep_stale_job_dirs(cfg_.tmpdir, cfg_.shm_root);
-  auto jan = Janitor::start({rendezvous_, shm_dir_},
-                            {"ACCRUN_JOB_ID=" + jobid_, "ACCRUN_HOST=" + plan_.hosts[static_cast<size_t>(cfg_.host)].inventory.host});
-  if (!jan) {
-    say(cfg_.err_fd, jan.status().message());
-    return 1;
-  }
-  janitor_ = std::move(*jan);
-  if (Status s = janitor_.watch_upstream(up_->fd()); !s) {
+  if (Status s = prepare(); !s) {
     say(cfg_.err_fd, s.message());
     return 1;
   }
-  trace(t0_, "janitor started");
-  up_->tick();  // a slow start is not a dead host
-  for (const std::string& d : {rendezvous_, rendezvous_ + "/job", shm_dir_, shm_dir_ + "/ompi"}) {
-    Status s = make_private_dir(d);
-    if (!s) {
-      say(cfg_.err_fd, s.message());
-      return 1;
-    }
-  }
-  trace(t0_, "dirs made");
-  // The owner locks say the directories are in use; the janitor holds a
-  // copy, so they stay held while either process lives.
-  for (const std::string& d : {rendezvous_, shm_dir_}) {
-    auto lock = hold_owner_lock(d);
-    if (!lock) {
-      say(cfg_.err_fd, lock.status().message());
-      return 1;
-    }
-    owner_fds_.push_back(*lock);
-    if (Status s = janitor_.hold(*lock); !s) {
-      say(cfg_.err_fd, s.message());
-      return 1;
-    }
-  }
-
-  trace(t0_, "locks held");
-  // Across hosts, this agent serves the job's objects to the other hosts'
-  // ranks, on the address the controller reached us at (or, for the
-  // controller's own host, every address the controller offers).
-  if (plan_.hosts.size() > 1) {
-    auto server = ObjectServer::start(wire::addresses_reached_by(up_->fd()), shm_dir_);
-    if (!server) {
-      say(cfg_.err_fd, server.status().message());
-      return 1;
-    }
-    objects_ = std::move(*server);
-  }
-  // The PMIx server and the job's namespace.
-  queue_ = std::make_unique<UpcallQueue>();
-  if (!queue_->valid()) {
-    say(cfg_.err_fd, "eventfd: " + std::string(std::strerror(errno)));
-    return 1;
-  }
-  trace(t0_, "queue made");
-  auto server = PmixServer::start(rendezvous_, queue_.get(), this);
-  trace(t0_, "server started");
-  if (!server) {
-    say(cfg_.err_fd, server.status().message());
-    return 1;
-  }
-  pmix_ = std::move(*server);
-  {
-    Upstream* up = up_;
-    pmix_->set_fence_router([this, up](const std::string& signature, std::string blob, PmixServer::FenceDone done) {
-      // A fence among ranks of this host alone needs no other host.
-      if (all_here(signature)) return done(true, std::move(blob));
-      up->fence(signature, std::move(blob), std::move(done));
-    });
-    pmix_->set_directory_router(up->directory());
-    pmix_->set_modex_router([up](int rank, PmixServer::ModexDone done) { up->modex(rank, std::move(done)); });
-  }
-  trace(t0_, "PMIx server initialised");
-  up_->tick();  // a slow start is not a dead host
   PmixJob job;
   job.nspace = "accrun." + jobid_;
   job.jobid = job.nspace;
@@ -1511,11 +1521,51 @@ void Daemon::finish() {
 
 }  // namespace
 
-int run_job(const Plan& plan, const RunConfig& config, std::unique_ptr<JobRemains>* remains) {
+namespace {
+
+class Prepared final : public PreparedJob {
+ public:
+  explicit Prepared(std::unique_ptr<Daemon> d) : daemon(std::move(d)) {}
+  ~Prepared() override {
+    if (daemon) daemon->abandon();
+  }
+  std::unique_ptr<Daemon> daemon;  // null once a job took it over
+};
+
+}  // namespace
+
+std::unique_ptr<PreparedJob> prepare_job(const EarlyStart& early) {
+  if (early.upstream == nullptr) return nullptr;
+  Plan plan;
+  plan.hosts.emplace_back();
+  plan.hosts.back().inventory.host = early.host;
+  RunConfig cfg;
+  cfg.jobid = early.jobid;
+  cfg.tmpdir = early.tmpdir;
+  cfg.shm_root = early.shm_root;
+  cfg.err_fd = early.err_fd;
+  cfg.upstream = early.upstream;
+  auto d = std::make_unique<Daemon>(plan, cfg, nullptr);
+  if (Status s = d->prepare(); !s) {
+    log(LogLevel::kDebug, "early start: %s", s.message().c_str());
+    d->abandon();
+    return nullptr;
+  }
+  return std::make_unique<Prepared>(std::move(d));
+}
+
+int run_job(const Plan& plan, const RunConfig& config, std::unique_ptr<JobRemains>* remains,
+            std::unique_ptr<PreparedJob> prepared) {
   if (config.upstream == nullptr) {
     say(config.err_fd, "internal error: a node daemon without its job controller");
     return 1;
   }
+  if (auto* p = static_cast<Prepared*>(prepared.get()); p != nullptr && p->daemon->can_adopt(plan, config)) {
+    std::unique_ptr<Daemon> d = std::move(p->daemon);
+    d->adopt(plan, config, remains);
+    return d->run();
+  }
+  prepared.reset();  // not what this job needs: undone before it starts
   Daemon d(plan, config, remains);
   return d.run();
 }

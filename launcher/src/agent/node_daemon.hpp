@@ -216,6 +216,30 @@ class JobRemains {
  public:
   virtual ~JobRemains() = default;
 };
-int run_job(const Plan& plan, const RunConfig& config, std::unique_ptr<JobRemains>* remains = nullptr);
+// The part of a one-host job's start that needs neither its plan nor its
+// options: the signal handling, the janitor, the job's directories and the
+// PMIx server, most of the time before the first rank starts.  The agent
+// that accrun forks on its own host for a job of this host alone starts it
+// at once, while the controller still detects and plans.  Destroying it
+// undoes it.  Same rules as run_job (main thread, before other threads).
+class PreparedJob {
+ public:
+  virtual ~PreparedJob() = default;
+};
+struct EarlyStart {
+  std::string host;                    // the name the plan will give this host
+  std::string jobid;                   // RunConfig::jobid
+  std::string tmpdir = "/tmp";         // RunConfig::tmpdir
+  std::string shm_root = "/dev/shm";   // RunConfig::shm_root
+  int err_fd = 2;
+  Upstream* upstream = nullptr;        // the job controller (required)
+};
+// Null when it failed (run_job then starts afresh and says why).
+std::unique_ptr<PreparedJob> prepare_job(const EarlyStart& early);
+
+// `prepared`, when given, is taken over if the plan and config are what it
+// was prepared for (one host, this one, the same job id), else undone.
+int run_job(const Plan& plan, const RunConfig& config, std::unique_ptr<JobRemains>* remains = nullptr,
+            std::unique_ptr<PreparedJob> prepared = nullptr);
 
 }  // namespace accrun::launcher

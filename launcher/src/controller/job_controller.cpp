@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -55,14 +56,13 @@ Result<std::vector<hostfiles::HostEntry>> entries_of(const Options& options) {
 
 class Controller {
  public:
-  Controller(const Options& options, char** envp, std::optional<Plan> plan)
-      : options_(options), envp_(envp), planned_(plan.has_value()) {
-    if (plan) plan_ = std::move(*plan);
-  }
+  Controller(const Options& options, char** envp, std::function<Result<Plan>()> plan_here)
+      : options_(options), envp_(envp), plan_here_(std::move(plan_here)), planned_(bool(plan_here_)) {}
   int run();
 
  private:
-  int start_agents();
+  int plan_here_and_start();
+  int start_agents(bool wait = true, const std::string& prepare_as = "");
   int plan_and_launch();
   int plan_from_hellos();
   int launch();
@@ -79,7 +79,8 @@ class Controller {
   char** envp_;
   std::vector<hostfiles::HostEntry> entries_;
   std::unique_ptr<AgentSet> agents_;
-  bool planned_;  // the plan came made (this host only): the agents' hellos do not change it
+  std::function<Result<Plan>()> plan_here_;  // this host only: planned here (run_cluster_job)
+  bool planned_;  // planned here: the agents' hellos do not change it
   Plan plan_;
   // " on every host" when the job spans hosts, for messages.
   std::string everywhere() const { return plan_.hosts.size() > 1 ? " on every host" : ""; }
@@ -278,13 +279,14 @@ void Controller::on_directory(int agent, const wire::Frame& f) {
 }
 
 int Controller::run() {
+  const auto t0 = Clock::now();
+  auto trace = [&](const char* what) {
+    if (log_level() >= LogLevel::kDebug)
+      log(LogLevel::kDebug, "controller %8.3f ms  %s",
+          std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), what);
+  };
   if (planned_) {
-    for (const auto& h : plan_.hosts) {
-      hostfiles::HostEntry e;
-      e.name = h.inventory.host;
-      e.origin = h.origin;
-      entries_.push_back(std::move(e));
-    }
+    if (int rc = plan_here_and_start(); rc != 0) return rc;
   } else {
     auto entries = entries_of(options_);
     if (!entries) {
@@ -292,14 +294,8 @@ int Controller::run() {
       return 2;
     }
     entries_ = std::move(*entries);
+    if (int rc = start_agents(); rc != 0) return rc;
   }
-  const auto t0 = Clock::now();
-  auto trace = [&](const char* what) {
-    if (log_level() >= LogLevel::kDebug)
-      log(LogLevel::kDebug, "controller %8.3f ms  %s",
-          std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), what);
-  };
-  if (int rc = start_agents(); rc != 0) return rc;
   trace("agents up");
   int rc = plan_and_launch();
   trace("launch sent");
@@ -310,7 +306,60 @@ int Controller::run() {
   return rc;
 }
 
-int Controller::start_agents() {
+// A job of this host alone.  Its agent is forked first and starts the
+// job's janitor, directories and PMIx server (node_daemon.hpp,
+// prepare_job) while this process detects the host and plans: most of the
+// time before the first rank starts goes to those two, and they overlap.
+// Bad input still starts no rank: the agent undoes its start and leaves
+// before accrun exits with status 2.
+int Controller::plan_here_and_start() {
+  const detect::DetectConfig config = detect_config(options_, envp_);
+  std::string name = this_hostname(config);  // what the plan calls this host
+  if (options_.hostfile || options_.host_list) {
+    auto entries = entries_of(options_);
+    if (entries && entries->size() == 1) name = entries->front().name;
+  }
+  hostfiles::HostEntry e;
+  e.name = name;
+  e.origin = "local";
+  entries_.push_back(std::move(e));
+  job_id_ = new_job_id();
+  if (int rc = start_agents(false, name); rc != 0) return rc;
+  auto plan = plan_here_();
+  if (Status s = agents_->wait_for_hellos(); !s) {
+    say(s.message());
+    agents_->shutdown();
+    return 1;
+  }
+  if (!plan) {
+    say(plan.status().message());
+    agents_->shutdown();
+    Code c = plan.status().code();
+    return c == Code::kInvalidArgument || c == Code::kInvalidUsage || c == Code::kNotFound ||
+                   c == Code::kNotSupported
+               ? 2
+               : 1;
+  }
+  plan_ = std::move(*plan);
+  if (plan_.hosts.size() == 1 && plan_.hosts[0].inventory.host == entries_[0].name) {
+    entries_[0].origin = plan_.hosts[0].origin;
+    return 0;
+  }
+  // Not the one host it was started for: an agent per host of the plan
+  // (every one of them this host), started afresh.
+  agents_->shutdown();
+  agents_.reset();
+  entries_.clear();
+  for (const auto& h : plan_.hosts) {
+    hostfiles::HostEntry he;
+    he.name = h.inventory.host;
+    he.origin = h.origin;
+    entries_.push_back(std::move(he));
+  }
+  return start_agents();
+}
+
+int Controller::start_agents(bool wait, const std::string& prepare_as) {
   AgentsConfig config = agents_config(options_, envp_);
   const std::string self = this_hostname(detect_config(options_, envp_));
   for (const auto& e : entries_) {
@@ -318,13 +367,16 @@ int Controller::start_agents() {
     config.local.push_back(planned_ || names_this_host(e.name, self));
   }
   char** envp = envp_;
-  config.local_agent = [envp](int fd, int index) { return run_local_agent(fd, index, envp); };
+  EarlyJob early;
+  if (!prepare_as.empty()) early = EarlyJob{prepare_as, job_id_};
+  config.local_agent = [envp, early](int fd, int index) { return run_local_agent(fd, index, envp, early); };
   auto started = AgentSet::start(config);
   if (!started) {
     say(started.status().message());
     return 1;
   }
   agents_ = std::move(*started);
+  if (!wait) return 0;
   if (Status s = agents_->wait_for_hellos(); !s) {
     say(s.message());
     agents_->shutdown();
@@ -428,8 +480,8 @@ int Controller::launch() {
   }
   cfg.bind = !options_.topology;
   // One job id, so one PMIx namespace, on every host.
-  cfg.jobid = new_job_id();
-  job_id_ = cfg.jobid;
+  if (job_id_.empty()) job_id_ = new_job_id();
+  cfg.jobid = job_id_;
   // MPI_Comm_spawn places its processes in the slots the ranks left free.
   {
     std::vector<SpawnBook::Host> hosts;
@@ -1014,9 +1066,9 @@ bool names_other_hosts(const Options& options, char** envp) {
   return false;
 }
 
-int run_cluster_job(const Options& options, char** envp, std::optional<Plan> plan) {
+int run_cluster_job(const Options& options, char** envp, std::function<Result<Plan>()> plan_here) {
   signal(SIGPIPE, SIG_IGN);
-  Controller c(options, envp, std::move(plan));
+  Controller c(options, envp, std::move(plan_here));
   return c.run();
 }
 

@@ -7,7 +7,7 @@
 // too, so every host runs the same code.
 #pragma once
 
-#include <optional>
+#include <functional>
 
 #include "accrun/options.hpp"
 #include "accrun/plan.hpp"
@@ -15,11 +15,12 @@
 namespace accrun::launcher {
 
 // Runs the job of `options` and returns accrun's exit status (docs/design.md
-// §9).  Without `plan`, on the hosts of its hostfile or -H list, planned
-// from what their agents detect; with `plan` (every host of it this one),
-// as planned.  Blocks; call from the main thread before any other thread
-// exists.
-int run_cluster_job(const Options& options, char** envp, std::optional<Plan> plan = std::nullopt);
+// §9).  Without `plan_here`, on the hosts of its hostfile or -H list,
+// planned from what their agents detect; with it (a job of this host
+// alone), as it plans, called once this host's agent is forked (its failure
+// is bad input: status 2, or 1 for a system error).  Blocks; call from the
+// main thread before any other thread exists.
+int run_cluster_job(const Options& options, char** envp, std::function<Result<Plan>()> plan_here = nullptr);
 
 // Whether the hostfile or -H list of `options` names a host other than this
 // one (bad input is left for the planner to report).

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <filesystem>
 #include <iterator>
 #include <map>
 #include <regex>
@@ -652,6 +653,42 @@ TEST(Launcher, ExitStatuses) {
   EXPECT_EQ(notexec.status, 126) << notexec.err;
 }
 
+// How many processes carry `mark` ("NAME=value") in their environment.
+int processes_marked(const std::string& mark) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "environ", std::ios::binary);
+    for (std::string var; std::getline(f, var, '\0');) {
+      if (var == mark) {
+        ++n;
+        break;
+      }
+    }
+  }
+  return n;
+}
+
+// A job of this host alone is planned while its agent already starts the
+// janitor, the job's directories and the PMIx server (docs/design.md §4).
+// Bad input the planner finds (no GPU here; -n 0) still ends with status 2,
+// and once accrun has exited none of what the agent started is left.
+TEST(Launcher, BadInputFoundWhileTheAgentStartsLeavesNothing) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"-n", "2", "--gpus-per-rank", "1", "/bin/true"},
+                                               std::vector<std::string>{"--resources", "TPU:1", "-n", "3", "--resources-per-rank", "TPU:1", "/bin/true"}}) {
+    RunResult r = run(args, {"ACCRUN_LOG=debug"});
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find("cannot place rank"), std::string::npos) << r.err;
+    std::string jobid = first_match(r.err, "job ([0-9a-f]+): ");
+    expect_no_job_dirs(jobid);
+    EXPECT_EQ(processes_marked("ACCRUN_JOB_ID=" + jobid), 0) << "the janitor of job " << jobid << " outlived accrun";
+    RunResult quiet = run(args);
+    EXPECT_EQ(quiet.status, 2) << quiet.err;
+    EXPECT_EQ(lines_of(quiet.err).size(), 1u) << quiet.err;  // one clear message
+  }
+}
+
 TEST(Launcher, EmptyProgramNameIsBadInput) {
   RunResult r = run({"-n", "2", ""});
   EXPECT_EQ(r.status, 2) << r.err;
@@ -678,8 +715,8 @@ TEST(Launcher, MissingScriptInterpreterIsNamed) {
   EXPECT_EQ(r.out, "");
 }
 
-// An --output-dir that cannot be used is bad input, found before anything
-// (the janitor, the PMIx server, a rank) starts.
+// An --output-dir that cannot be used is bad input, found before any rank
+// starts.
 TEST(Launcher, UnusableOutputDirIsBadInput) {
   std::string file = tmpdir() + "/accrun-launcher-file-" + std::to_string(getpid());
   std::string marker = file + ".started";
