@@ -244,6 +244,7 @@ int serve(int fd, int self, const std::string& me, char** envp, std::vector<Laun
       }
     }
   }
+  prepared.reset();  // never launched: undone while the controller's connection is still ours
   close(fd);
   return status;
 }
