@@ -184,6 +184,33 @@ TEST(Security, NoLibraryIsLoadedFromTheWorkingDirectory) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
 }
 
+// accrun --version says whether the libraries the backends load are found
+// without loading them: loading runs a library's constructors (code of
+// whoever controls LD_LIBRARY_PATH's directories; libfabric's PSM
+// providers alone spent ~200 ms calibrating a clock).
+TEST(Security, VersionFindsLibrariesWithoutLoadingThem) {
+  char dir_template[] = "/tmp/accrun-version-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  std::string dir = dir_template;
+  {
+    std::ifstream src(PLANTED_LIB, std::ios::binary);
+    std::ofstream dst(dir + "/libnvidia-ml.so.1", std::ios::binary);
+    dst << src.rdbuf();
+  }
+  int st = 0;
+  std::string out = run_capture("cd '" + dir + "' && LD_LIBRARY_PATH='" + dir + "' '" + ACCRUN_EXE + "' --version 2>&1", &st);
+  bool loaded = access((dir + "/planted-library-was-loaded").c_str(), F_OK) == 0;
+  std::string missing = run_capture("LD_LIBRARY_PATH=/nonexistent ACCRUN_NVML_LIBRARY= '" + std::string(ACCRUN_EXE) +
+                                    "' --version 2>&1");
+  run_capture("rm -rf '" + dir + "'");
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+  EXPECT_NE(out.find("libnvidia-ml.so.1 found"), std::string::npos) << out;
+  EXPECT_FALSE(loaded) << "accrun --version loaded the library it looked for; output:\n" << out;
+  if (access("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", F_OK) != 0 && access("/usr/lib64/libnvidia-ml.so.1", F_OK) != 0) {
+    EXPECT_NE(missing.find("libnvidia-ml.so.1 not found"), std::string::npos) << missing;
+  }
+}
+
 TEST(Security, AnotherUserWithAFakedUidCannotJoinReadPublishOrAbort) {
   OtherUser user;
   if (!user.why_not().empty()) GTEST_SKIP() << "cannot run as a second local user: " << user.why_not();
