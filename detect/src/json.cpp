@@ -227,4 +227,46 @@ std::string format_table(const std::vector<Inventory>& hosts) {
   return out;
 }
 
+std::string cores_to_text(const std::vector<Core>& cores) {
+  std::string out;
+  for (const Core& c : cores) {
+    if (!out.empty()) out += ';';
+    out += std::to_string(c.numa) + ':';
+    for (size_t i = 0; i < c.pus.size(); ++i) out += (i ? "," : "") + std::to_string(c.pus[i]);
+  }
+  return out;
+}
+
+Result<std::vector<Core>> cores_from_text(std::string_view text) {
+  std::vector<Core> out;
+  auto number = [](std::string_view s, int* v) {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string_view::npos) return false;
+    *v = std::stoi(std::string(s));
+    return true;
+  };
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find(';', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view core = text.substr(pos, end - pos);
+    const std::string which = "core " + std::to_string(out.size());
+    size_t colon = core.find(':');
+    Core c;
+    if (colon == std::string_view::npos || !number(core.substr(0, colon), &c.numa))
+      return invalid_argument(which + ": expected NUMA:PU[,PU...], got '" + std::string(core) + "'");
+    std::string_view pus = core.substr(colon + 1);
+    for (size_t p = 0; p <= pus.size();) {
+      size_t comma = pus.find(',', p);
+      if (comma == std::string_view::npos) comma = pus.size();
+      int pu = 0;
+      if (!number(pus.substr(p, comma - p), &pu))
+        return invalid_argument(which + ": bad processing unit in '" + std::string(core) + "'");
+      c.pus.push_back(pu);
+      p = comma + 1;
+    }
+    out.push_back(std::move(c));
+    pos = end + 1;
+  }
+  return out;
+}
+
 }  // namespace accrun::detect

@@ -124,6 +124,30 @@ TEST(DetectJson, AlwaysValidAndBounded) {
   EXPECT_EQ((*r)[0].cpus, 4);
 }
 
+// The cores the JSON leaves out travel in the agents' hellos as text; a
+// host across the network is bound from them (they were lost before, and
+// --bind-to left every rank on another host unbound).
+TEST(DetectCores, TextRoundTripAndBadInput) {
+  std::vector<Core> cores{{0, {0, 4}}, {1, {1}}, {1, {2, 6, 10}}};
+  std::string text = cores_to_text(cores);
+  EXPECT_EQ(text, "0:0,4;1:1;1:2,6,10");
+  auto back = cores_from_text(text);
+  ASSERT_TRUE(back) << back.status().message();
+  ASSERT_EQ(back->size(), 3u);
+  EXPECT_EQ((*back)[2].numa, 1);
+  EXPECT_EQ((*back)[2].pus, (std::vector<int>{2, 6, 10}));
+  auto none = cores_from_text("");
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->empty());
+  for (const char* bad : {"0", "0:", "x:1", "0:1,", "0:1;;", "0:-1", "0:1;2"}) {
+    auto r = cores_from_text(bad);
+    EXPECT_FALSE(r) << bad;
+    if (!r) {
+      EXPECT_NE(r.status().message().find("core "), std::string::npos) << r.status().message();
+    }
+  }
+}
+
 TEST(DetectTable, ReadableAndSaysWhenEmpty) {
   std::string t = format_table({sample()});
   EXPECT_NE(t.find("RESOURCE"), std::string::npos);

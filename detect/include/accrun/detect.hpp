@@ -258,4 +258,13 @@ std::string to_json(const std::vector<Inventory>& hosts);
 // ("hosts[0].cpus").  Pure.
 Result<std::vector<Inventory>> from_json(std::string_view json);
 
+// An inventory's cores, which its JSON leaves out, as text: each core
+// "NUMA:PU,PU" (its NUMA node, its processing units' OS indexes), cores
+// separated by ';' ("0:0,4;0:1,5").  The node agents' hellos carry them, so
+// that the controller binds ranks on other hosts as on this one.  Pure.
+std::string cores_to_text(const std::vector<Core>& cores);
+// Reads that text back ("" gives none); malformed text is an invalid
+// argument naming the core.  Pure.
+Result<std::vector<Core>> cores_from_text(std::string_view text);
+
 }  // namespace accrun::detect

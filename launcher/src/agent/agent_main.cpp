@@ -100,9 +100,15 @@ Result<int> connect_controller(const AgentLaunch& launch, const wire::Secret& se
 }
 
 
-// This host's inventory under the job's overrides, as one-host JSON; or the
-// detection error.
-std::pair<bool, std::string> detect_here(const AgentLaunch& launch, char** envp) {
+// This host's inventory under the job's overrides: as one-host JSON (or the
+// detection error) and its cores, which the JSON leaves out.
+struct Detected {
+  bool ok = false;
+  std::string json;  // or the error
+  std::string cores;
+  bool cores_from_xml = false;
+};
+Detected detect_here(const AgentLaunch& launch, char** envp) {
   detect::DetectConfig config = detect::DetectConfig::from_environment(envp);
   apply_slurm_gpu_mask(config.environment);
   if (auto it = launch.options.find("num-gpus"); it != launch.options.end()) config.num_gpus = std::atoi(it->second.c_str());
@@ -110,12 +116,12 @@ std::pair<bool, std::string> detect_here(const AgentLaunch& launch, char** envp)
     config.host_accelerator_type = it->second;
   if (auto it = launch.options.find("resources"); it != launch.options.end()) {
     auto r = hostfiles::parse_resource_list(it->second);
-    if (!r) return {false, "--resources: " + r.status().message()};
+    if (!r) return {false, "--resources: " + r.status().message(), "", false};
     config.resources = *r;
   }
   auto inv = detect::detect_host(config);
-  if (!inv) return {false, inv.status().message()};
-  return {true, detect::to_json({*inv})};
+  if (!inv) return {false, inv.status().message(), "", false};
+  return {true, detect::to_json({*inv}), detect::cores_to_text(inv->cores), inv->topology_from_xml};
 }
 
 // Where a job's rendezvous directory goes: $TMPDIR, else /tmp.
@@ -347,7 +353,7 @@ int daemon_main(const Options&, char** envp) {
     children.push_back(std::move(*p));
   }
 
-  auto [detected, inventory] = detect_here(*launch, envp);
+  const Detected here_found = detect_here(*launch, envp);
   if (!launch->parent.empty()) {
     if (Status s = tree.join(launch->parent, std::chrono::seconds(10)); !s) {
       say(me, s.message());
@@ -357,9 +363,11 @@ int daemon_main(const Options&, char** envp) {
   wire::Writer hello;
   hello.u32(static_cast<uint32_t>(self_id));
   hello.str(self);
-  hello.boolean(detected);
-  hello.str(inventory);
+  hello.boolean(here_found.ok);
+  hello.str(here_found.json);
   hello.u16(static_cast<uint16_t>(free_tcp_port()));
+  hello.str(here_found.cores);
+  hello.boolean(here_found.cores_from_xml);
   if (!send_frame(*fd, msg::kHello, hello.data())) {
     say(me, "lost the controller's connection");
     return 1;
@@ -398,6 +406,8 @@ int run_local_agent(int fd, int index, char** envp, const EarlyJob& early) {
   hello.boolean(true);
   hello.str("");
   hello.u16(static_cast<uint16_t>(free_tcp_port()));
+  hello.str("");
+  hello.boolean(false);
   if (!send_frame(fd, msg::kHello, hello.data())) return 1;
   std::vector<LaunchProcess> none;
   return serve(fd, index, self, envp, none, true, nullptr, early);

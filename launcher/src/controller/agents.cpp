@@ -311,7 +311,9 @@ Status AgentSet::on_frame(Agent& a, uint16_t type, const std::string& payload) {
     auto detected = r.boolean("hello: detected");
     auto inv = r.str("hello: inventory");
     auto port = r.u16("hello: free port");
-    if (!index || !host || !detected || !inv || !port) return invalid_argument("malformed hello");
+    auto cores = r.str("hello: cores");
+    auto from_xml = r.boolean("hello: cores from XML");
+    if (!index || !host || !detected || !inv || !port || !cores || !from_xml) return invalid_argument("malformed hello");
     if (*index >= config_.hosts.size()) return invalid_argument("hello from an unknown agent index");
     if (agents_[*index]) return invalid_argument("a second hello for agent " + std::to_string(*index));
     a.index = static_cast<int>(*index);
@@ -322,6 +324,8 @@ Status AgentSet::on_frame(Agent& a, uint16_t type, const std::string& payload) {
     h.detected = *detected;
     h.inventory_json = *inv;
     h.free_port = *port;
+    h.cores = *cores;
+    h.cores_from_xml = *from_xml;
     ++said_hello_;
     for (auto it = unnamed_.begin(); it != unnamed_.end(); ++it) {
       if (it->get() == &a) {

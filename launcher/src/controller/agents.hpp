@@ -49,6 +49,8 @@ struct AgentHello {
   bool detected = false;
   std::string inventory_json;  // one host, accrun --detect --json; or the error
   int free_port = 0;           // a TCP port that was free on its host
+  std::string cores;           // its cores (detect::cores_to_text): what binding needs
+  bool cores_from_xml = false; // they describe an hwloc XML file, not the host
 };
 
 // The agents of one job.  Not thread-safe; one per controller.

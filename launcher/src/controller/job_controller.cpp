@@ -401,10 +401,14 @@ int Controller::plan_from_hellos() {
       return 2;
     }
     auto inv = detect::from_json(h.inventory_json);
-    if (!inv || inv->size() != 1) {
+    auto cores = detect::cores_from_text(h.cores);
+    if (!inv || inv->size() != 1 || !cores) {
       say("host " + h.host + ": the agent's inventory is unreadable");
       return 1;
     }
+    // Its cores too, so that its ranks are bound as this host's would be.
+    inv->front().cores = std::move(*cores);
+    inv->front().topology_from_xml = h.cores_from_xml;
     detected[h.host] = inv->front();
   }
   // Hosts that are this one are planned from their agent's detection too.

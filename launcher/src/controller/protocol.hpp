@@ -22,7 +22,9 @@ enum Type : uint16_t {
   // agent → controller: u32 index, str host name (as the agent sees it),
   // bool detected, str inventory JSON (accrun --detect --json, one host) or
   // the detection error, u16 a TCP port free on its host now (MASTER_PORT
-  // when rank 0 lands there; 0 if none).
+  // when rank 0 lands there; 0 if none), str its cores (detect::
+  // cores_to_text; "" from this host's agent, which the controller detects
+  // itself), bool whether they came from an hwloc XML file.
   kHello = 1,
   // agent → controller: u32 index of a child agent whose launch agent
   // exited, i32 waitpid status.  The controller fails the job if that

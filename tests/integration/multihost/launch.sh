@@ -114,6 +114,16 @@ out=$("$accrun" -n 8 --hostfile "$hosts" --gpus-per-rank 1 --launch-agent "$gpu_
 for r in 0 1 2 3 4 5 6 7; do check "rank $r: its host's GPU $((r % 2))" "^gpu h$((r / 2 + 1)) $r $((r % 2)) $((r % 2))$" "$out"; done
 rm -rf "$state"/hosts/h*/sys
 
+# 5b. --bind-to core binds the ranks on every host from that host's own
+# cores, which its agent reports (they were left out: every rank on another
+# host ran unbound).
+out=$("$accrun" -n 8 --hostfile "$hosts" --bind-to core --report-bindings --launch-agent "$agent" \
+  sh -c 'echo "cpus $(hostname) $ACCRUN_RANK $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"' 2>&1)
+for r in 0 1 2 3 4 5 6 7; do
+  check "rank $r bound to its core on h$((r / 2 + 1))" "^cpus h$((r / 2 + 1)) $r $((r % 2))$" "$out"
+  check "rank $r's binding is reported" "rank $r on host h$((r / 2 + 1)) bound to cpus $((r % 2)) with no devices" "$out"
+done
+
 # 6. A rank failing on a remote host.
 out=$("$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" sh -c '[ "$ACCRUN_RANK" = 5 ] && exit 3; sleep 20' 2>&1)
 check "a remote rank's status is the job's" "^3$" "$?"
