@@ -21,14 +21,23 @@ eval "$("$tb" env)"
 agent="ssh -F $ACCRUN_TESTBED_SSH_CONFIG"
 mpi=(-x OMPI_ALLOW_RUN_AS_ROOT=1 -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 -x OMPI_MCA_btl=self,vader,tcp
      -x OMPI_MCA_hwloc_base_binding_policy=none)
+# The test bed's hosts share this machine's CPUs.  A rank that moves from
+# one CPU to the other reorders its TCP segments (a veth delivers them
+# through the sending CPU's backlog; a NIC's receive hashing keeps a flow in
+# order), and the spurious retransmissions slow its connection for seconds,
+# in the store and Open MPI alike.  With one rank per host, each rank is
+# pinned to a CPU of its own, as two real hosts would give it.
+pin=(sh -c 'exec taskset -c "$ACCRUN_RANK" "$@"' pin)
 # 8 ranks on the test bed's 2 cores are 4x oversubscribed (and Open MPI
-# busy-polls): fewer iterations there.
+# busy-polls): fewer iterations there, unpinned.
 for layout in "2 h1:1,h2:1 -i 1000 8:4194304" "8 h1:2,h2:2,h3:2,h4:2 -i 20 8:262144"; do
   set -- $layout
+  wrap=()
+  [ "$1" = 2 ] && wrap=("${pin[@]}")
   for bench in allreduce bcast allgather; do
     echo "## $bench, $1 ranks on $2"
     "$b/launcher/accrun" --timeout 900 -n "$1" -H "$2" --launch-agent "$agent" "${mpi[@]}" \
-      "$b/benchmarks/osu_$bench" --backend store,raw-mpi -m "$5" "$3" "$4"
+      "${wrap[@]}" "$b/benchmarks/osu_$bench" --backend store,raw-mpi -m "$5" "$3" "$4"
   done
 done
 # The store over libfabric's tcp provider instead of plain TCP, same hosts.
@@ -37,7 +46,7 @@ if "$b/launcher/accrun" --version | grep -q "libfabric transport: built"; then
     echo "## $bench, 2 ranks on h1:1,h2:1, store over libfabric (tcp provider)"
     "$b/launcher/accrun" --timeout 900 -n 2 -H h1:1,h2:1 --launch-agent "$agent" "${mpi[@]}" \
       -x ACCRUN_STORE_TRANSPORT=libfabric -x FI_PROVIDER=tcp \
-      "$b/benchmarks/osu_$bench" --backend store,raw-mpi -m 8:4194304 -i 1000
+      "${pin[@]}" "$b/benchmarks/osu_$bench" --backend store,raw-mpi -m 8:4194304 -i 1000
   done
 fi
 # torch.distributed's gloo on the same hosts and sizes (Debian's python3-torch).
@@ -46,10 +55,12 @@ py=/usr/bin/python3
 if "$py" -c "import torch" 2>/dev/null; then
   for layout in "2 h1:1,h2:1 1000 8:4194304" "8 h1:2,h2:2,h3:2,h4:2 20 8:262144"; do
     set -- $layout
+    wrap=()
+    [ "$1" = 2 ] && wrap=("${pin[@]}")
     for bench in allreduce bcast allgather; do
       echo "## gloo $bench, $1 ranks on $2"
       "$b/launcher/accrun" --timeout 900 -n "$1" -H "$2" --launch-agent "$agent" -x GLOO_SOCKET_IFNAME=eth0 \
-        "$py" "$src/benchmarks/osu/gloo_bench.py" "$bench" -m "$4" -i "$3"
+        "${wrap[@]}" "$py" "$src/benchmarks/osu/gloo_bench.py" "$bench" -m "$4" -i "$3"
     done
   done
 else
@@ -57,7 +68,7 @@ else
 fi
 echo "## osu_bw, store, h1 -> h2"
 "$b/launcher/accrun" --timeout 300 -n 2 -H h1:1,h2:1 --launch-agent "$agent" "${mpi[@]}" \
-  "$b/benchmarks/osu_bw" --backend store,raw-mpi -m 1048576:16777216
+  "${pin[@]}" "$b/benchmarks/osu_bw" --backend store,raw-mpi -m 1048576:16777216
 echo "## object_get: accrun_get on h2 of objects put on h1"
 "$b/launcher/accrun" --timeout 300 -n 2 -H h1:1,h2:1 --launch-agent "$agent" -x ACCRUN_STORE_SIZE=90% \
   "$b/benchmarks/object_get" -i 10 -m 268435456
