@@ -92,6 +92,11 @@ int main(int argc, char** argv) {
     MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     return out;
   };
+  env.max = [](double v) {
+    double out = 0;
+    MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return out;
+  };
   env.sync = [] { MPI_Barrier(MPI_COMM_WORLD); };
   const int rc = accrun::bench::run(o, impls, env);
   backend.reset();

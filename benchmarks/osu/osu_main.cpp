@@ -165,6 +165,11 @@ int main(int argc, char** argv) {
     (void)accrun_allreduce(g, &v, &out, 1, ACCRUN_FLOAT64, ACCRUN_SUM, nullptr);
     return out;
   };
+  env.max = [g](double v) {
+    double out = 0;
+    (void)accrun_allreduce(g, &v, &out, 1, ACCRUN_FLOAT64, ACCRUN_MAX, nullptr);
+    return out;
+  };
   env.sync = [g] { (void)accrun_barrier(g); };
   const int rc = accrun::bench::run(o, impls, env);
 #if ACCRUN_HAVE_NCCL

@@ -138,10 +138,12 @@ int rank_main(int rank, int size, const std::string& dir, const accrun::bench::O
   env.rank = rank;
   env.size = size;
   env.sum = [be](double v) { double out = 0; (void)be->allreduce(&v, &out, 1, coll::DType::kFloat64, coll::Op::kSum, nullptr); return out; };
+  env.max = [be](double v) { double out = 0; (void)be->allreduce(&v, &out, 1, coll::DType::kFloat64, coll::Op::kMax, nullptr); return out; };
   env.sync = [be] { (void)be->barrier(); };
 #if ACCRUN_HAVE_MPI
   if (with_mpi) {
     env.sum = [](double v) { double out = 0; MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); return out; };
+    env.max = [](double v) { double out = 0; MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD); return out; };
     env.sync = [] { MPI_Barrier(MPI_COMM_WORLD); };
   }
 #endif
