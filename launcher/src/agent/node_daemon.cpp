@@ -151,11 +151,12 @@ struct OutStream {
 constexpr uint64_t kTagSignal = 1, kTagQueue = 2, kTagStdin = 3, kTagUpstream = 4, kTagLinks = 5, kTagStream = 1ULL << 32, kTagTarget = 1ULL << 33,
                    kTagPmi = 1ULL << 34;
 
-// Grows this process's file descriptor table to hold `fds` descriptors
-// (at most the soft limit) while no other thread shares it.  Every rank costs about six descriptors
-// (two output pipes, a PMI socket, their ends until the fork); growing the
-// table past a power of two once the PMIx server's threads run waits for
-// an RCU grace period (about 10 ms here, seen at the 40th of 64 ranks).
+// Grows this process's file descriptor table to hold `fds` descriptors (at
+// most the soft limit) while no other thread shares it.  Every rank costs
+// about six descriptors (two output pipes, a PMI socket, their ends until
+// the fork); growing the table past a power of two once the PMIx server's
+// threads run waits for an RCU grace period (about 10 ms here, seen at the
+// 40th of 64 ranks).
 void reserve_fd_table(size_t fds) {
   struct rlimit rl {};
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
