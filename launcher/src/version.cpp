@@ -41,10 +41,12 @@ bool same_machine_elf(const std::string& path) {
 
 // The paths /etc/ld.so.cache gives for `soname` ("glibc-ld.so.cache1.1":
 // a 48-byte header, then 24-byte entries whose key and value are offsets of
-// strings from the header's start).
+// strings from the header's start).  The file is read once.
 std::vector<std::string> cached_paths(const std::string& soname) {
-  std::ifstream f("/etc/ld.so.cache", std::ios::binary);
-  std::string d((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  static const std::string d = [] {
+    std::ifstream f("/etc/ld.so.cache", std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  }();
   std::vector<std::string> out;
   constexpr char kMagic[] = "glibc-ld.so.cache1.1";
   constexpr size_t kHeader = 48, kEntry = 24;

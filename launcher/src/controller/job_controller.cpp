@@ -48,6 +48,10 @@ void say(const std::string& line) {
   [[maybe_unused]] ssize_t w = write(2, s.data(), s.size());
 }
 
+// A plan that cannot be made is bad input (status 2), unless the system
+// failed (1), as under --dry-run.
+int plan_failure_status(const Status& s) { return s.code() == Code::kSystem ? 1 : 2; }
+
 Result<std::vector<hostfiles::HostEntry>> entries_of(const Options& options) {
   if (options.hostfile) return hostfiles::read_hostfile(*options.hostfile);
   if (options.host_list) return hostfiles::parse_host_list(*options.host_list);
@@ -334,11 +338,7 @@ int Controller::plan_here_and_start() {
   if (!plan) {
     say(plan.status().message());
     agents_->shutdown();
-    Code c = plan.status().code();
-    return c == Code::kInvalidArgument || c == Code::kInvalidUsage || c == Code::kNotFound ||
-                   c == Code::kNotSupported
-               ? 2
-               : 1;
+    return plan_failure_status(plan.status());
   }
   plan_ = std::move(*plan);
   if (plan_.hosts.size() == 1 && plan_.hosts[0].inventory.host == entries_[0].name) {
@@ -416,8 +416,7 @@ int Controller::plan_from_hellos() {
   auto plan = build_plan(planned, envp_, 0, &detected);
   if (!plan) {
     say(plan.status().message());
-    Code c = plan.status().code();
-    return c == Code::kSystem ? 1 : 2;
+    return plan_failure_status(plan.status());
   }
   plan_ = std::move(*plan);
   return 0;
