@@ -11,7 +11,9 @@
 #   torch.distributed's gloo (gloo_bench.py) on both layouts when
 #   python3-torch is installed;
 #   osu_bw --backend store between h1 and h2, object_get (accrun_get on h2
-#   of objects put on h1), and tcp_stream h1 -> h2
+#   of objects put on h1), and tcp_stream h1 -> h2 under the hosts' and
+#   the store's congestion control; the 2 x 1 tables again with every
+#   host's congestion control set to Reno (Open MPI's too)
 set -uo pipefail
 b=${1:?usage: hosts.sh BUILD_DIR}
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -72,8 +74,25 @@ echo "## osu_bw, store, h1 -> h2"
 echo "## object_get: accrun_get on h2 of objects put on h1"
 "$b/launcher/accrun" --timeout 300 -n 2 -H h1:1,h2:1 --launch-agent "$agent" -x ACCRUN_STORE_SIZE=90% \
   "$b/benchmarks/object_get" -i 10 -m 268435456
-echo "## one TCP stream, h1 -> h2, 2 GiB"
-"$tb" hx h2 "$b/benchmarks/tcp_stream" serve 7999 &
-sleep 0.3
-"$tb" hx h1 "$b/benchmarks/tcp_stream" send h2 7999 2048
-wait
+# One TCP stream h1 -> h2 under the hosts' congestion control and under the
+# store's (Reno, accrun/tcp_congestion.hpp), received into a 4 MiB buffer
+# (as osu_bw's, reused) and into a 256 MiB one (as object_get's).
+for cc in system reno; do
+  for mib in 4 256; do
+    echo "## one TCP stream, h1 -> h2, 2 GiB, congestion control $cc, into $mib MiB"
+    "$tb" hx h2 "$b/benchmarks/tcp_stream" serve 7999 "$mib" &
+    sleep 0.3
+    "$tb" hx h1 "$b/benchmarks/tcp_stream" send h2 7999 2048 "$cc"
+    wait
+  done
+done
+# The same 2 x 1 store/raw-mpi tables with every host's default congestion
+# control set to Reno, so Open MPI's connections use the store's too.
+was=$("$tb" hx h1 cat /proc/sys/net/ipv4/tcp_congestion_control)
+for h in h1 h2; do "$tb" hx $h sysctl -q -w net.ipv4.tcp_congestion_control=reno; done
+for bench in allreduce bcast allgather; do
+  echo "## $bench, 2 ranks on h1:1,h2:1, every host's congestion control Reno (was $was)"
+  "$b/launcher/accrun" --timeout 900 -n 2 -H h1:1,h2:1 --launch-agent "$agent" "${mpi[@]}" \
+    "${pin[@]}" "$b/benchmarks/osu_$bench" --backend store,raw-mpi -m 8:4194304 -i 1000
+done
+for h in h1 h2; do "$tb" hx $h sysctl -q -w net.ipv4.tcp_congestion_control="$was"; done

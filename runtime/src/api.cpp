@@ -383,6 +383,7 @@ Status init_runtime(Runtime& r) {
   go.shm_dir = r.shm_dir;
   go.oversubscribed = r.cfg.oversubscribed;
   go.store_transport = r.cfg.store_transport;
+  go.store_tcp_congestion = r.cfg.store_tcp_congestion;
   go.init_timeout_ms = r.cfg.group_init_timeout_ms;
   go.data_timeout_ms = r.cfg.group_timeout_ms;
   go.refresh_facts = [](coll::MemberFacts& f) {

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "accrun/tcp_congestion.hpp"
+
 extern char** environ;  // NOLINT: the process environment, read once at init
 
 namespace accrun::runtime {
@@ -98,6 +100,13 @@ Result<RuntimeConfig> read_config(const std::vector<std::string>& environment) {
     if (*s != "tcp" && *s != "libfabric")
       return invalid_argument("ACCRUN_STORE_TRANSPORT='" + *s + "': expected tcp or libfabric");
     c.store_transport = *s;
+  }
+  if (const auto* s = get("ACCRUN_STORE_TCP_CONGESTION"); s != nullptr && !s->empty()) {
+    if (!valid_tcp_congestion(*s)) {
+      return invalid_argument("ACCRUN_STORE_TCP_CONGESTION='" + *s +
+                              "': expected a congestion control's name (reno, cubic, bbr, ...) or system");
+    }
+    c.store_tcp_congestion = *s;
   }
   if (const auto* s = get("ACCRUN_SHM_DIR")) c.shm_dir = *s;
   if (const auto* s = get("ACCRUN_OBJECT_SERVER")) c.object_server = *s;

@@ -27,6 +27,7 @@ struct RuntimeConfig {
   std::optional<std::string> pod, zone, region;           // ACCRUN_POD/ZONE/REGION
   bool oversubscribed = false;            // ACCRUN_OVERSUBSCRIBED=1
   std::string store_transport = "tcp";    // ACCRUN_STORE_TRANSPORT: tcp or libfabric
+  std::string store_tcp_congestion;       // ACCRUN_STORE_TCP_CONGESTION ("" = accrun's default)
   std::string shm_dir;                    // ACCRUN_SHM_DIR ("" outside accrun)
   std::string job_id;                     // ACCRUN_JOB_ID
   std::string store_size;                 // ACCRUN_STORE_SIZE, raw ("" = default)

@@ -298,6 +298,7 @@ Result<std::shared_ptr<Group>> GroupManager::create(const std::string& name, int
   ctx.shm_dir = opts_.shm_dir;
   ctx.oversubscribed = opts_.oversubscribed;
   ctx.host_transport = opts_.store_transport;
+  ctx.tcp_congestion = opts_.store_tcp_congestion;
   ctx.timeout_ms = std::max(remaining_ms(), 1);  // the backend's own handshake
   ctx.rendezvous = g->rendezvous.get();
   ctx.peers = peers_;

@@ -71,6 +71,7 @@ struct GroupManagerOptions {
   std::string shm_dir;
   bool oversubscribed = false;
   std::string store_transport = "tcp";  // between hosts: tcp or libfabric
+  std::string store_tcp_congestion;     // its TCP congestion control ("" = accrun's default)
   int init_timeout_ms = 60000;
   // Every data call's timeout on a new host-memory group (< 0: none) until
   // accrun_group_set_timeout(3) changes it.

@@ -201,6 +201,20 @@ TEST(RuntimeConfig, ReadsTheLaunchersEnvironment) {
   EXPECT_EQ(read_config({"ACCRUN_RANK=one"}).status().code(), Code::kInvalidArgument);
 }
 
+TEST(RuntimeConfig, StoreTcpCongestionIsANameOrSystem) {
+  EXPECT_EQ(read_config({"PATH=/bin"})->store_tcp_congestion, "");  // accrun's default (Reno)
+  EXPECT_EQ(read_config({"ACCRUN_STORE_TCP_CONGESTION=cubic"})->store_tcp_congestion, "cubic");
+  EXPECT_EQ(read_config({"ACCRUN_STORE_TCP_CONGESTION=system"})->store_tcp_congestion, "system");
+  EXPECT_EQ(read_config({"ACCRUN_STORE_TCP_CONGESTION="})->store_tcp_congestion, "");
+  for (const char* bad : {"ACCRUN_STORE_TCP_CONGESTION=Reno", "ACCRUN_STORE_TCP_CONGESTION=bbr cubic",
+                          "ACCRUN_STORE_TCP_CONGESTION=a_name_of_16char", "ACCRUN_STORE_TCP_CONGESTION=../x"}) {
+    auto c = read_config({bad});
+    ASSERT_FALSE(c.is_ok()) << bad;
+    EXPECT_EQ(c.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(c.status().message().find("ACCRUN_STORE_TCP_CONGESTION"), std::string::npos) << c.status().message();
+  }
+}
+
 TEST(RuntimeConfig, GroupTimeoutIsTenMinutesUnlessTheEnvironmentSays) {
   EXPECT_EQ(read_config({"PATH=/bin"})->group_timeout_ms, 600'000);
   EXPECT_EQ(read_config({"ACCRUN_GROUP_TIMEOUT=0.25"})->group_timeout_ms, 250);

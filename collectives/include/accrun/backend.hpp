@@ -71,6 +71,7 @@ struct GroupContext {
   std::string shm_dir;                 // private per-job directory for segments (0700)
   bool oversubscribed = false;         // ACCRUN_OVERSUBSCRIBED: yield instead of spinning
   std::string host_transport = "tcp";  // ACCRUN_STORE_TRANSPORT: the store between hosts
+  std::string tcp_congestion;          // ACCRUN_STORE_TCP_CONGESTION ("" = accrun's default)
   int timeout_ms = -1;                 // < 0: no timeout
   Rendezvous* rendezvous = nullptr;    // not owned; outlives the backend
   const PeerMonitor* peers = nullptr;  // not owned; may be null

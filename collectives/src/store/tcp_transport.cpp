@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "accrun/log.hpp"
+#include "accrun/tcp_congestion.hpp"
 
 namespace accrun::collectives::store {
 namespace {
@@ -126,6 +127,7 @@ TcpTransport::TcpTransport(const GroupContext& ctx, std::vector<bool> needs, std
       rendezvous_(ctx.rendezvous),
       peers_(ctx.peers),
       pair_buffer_max_(pair_buffer_max),
+      congestion_(ctx.tcp_congestion),
       links_(ctx.members.size()) {
   for (std::size_t q = 0; q < members_.size(); ++q) {
     channels_.push_back(needs_[q] ? std::make_unique<TaggedChannel>(this, static_cast<int>(q)) : nullptr);
@@ -179,6 +181,22 @@ Status TcpTransport::listen_and_publish() {
     return Status(Code::kSystem, where + ": getrandom: " + std::strerror(errno));
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) return Status(Code::kSystem, where + ": socket: " + std::strerror(errno));
+  // The congestion control every connection of this member uses (accepted
+  // ones inherit the listener's; tcp_congestion.hpp says why Reno).
+  if (congestion_.empty()) {
+    congestion_ = kDefaultTcpCongestion;
+    if (set_tcp_congestion(listen_fd_, congestion_) != 0) congestion_ = kSystemTcpCongestion;
+  } else if (const int e = set_tcp_congestion(listen_fd_, congestion_); e != 0) {
+    const std::string host = members_[static_cast<std::size_t>(rank_)].host;
+    const std::string why = e == ENOENT ? " does not have it (/proc/sys/net/ipv4/tcp_available_congestion_control"
+                                          " lists what it has)"
+                            : e == EPERM ? " allows it to privileged users only (/proc/sys/net/ipv4/"
+                                           "tcp_allowed_congestion_control lists what it allows)"
+                                         : " refuses it (" + std::string(std::strerror(e)) + ")";
+    return invalid_argument(where + ": ACCRUN_STORE_TCP_CONGESTION='" + congestion_ + "': host " + host + why +
+                            "; name another one, or system for the host's default");
+  }
+  log(LogLevel::kDebug, "group '%s': TCP transport: congestion control %s", name_.c_str(), congestion_.c_str());
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_ANY);
@@ -224,6 +242,7 @@ Status TcpTransport::connect_to(int peer, const Wait& w) {
     if (inet_pton(AF_INET, ip.c_str(), &a.sin_addr) != 1) continue;
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return Status(Code::kSystem, where + ": socket: " + std::strerror(errno));
+    (void)set_tcp_congestion(fd, congestion_);  // the listener took it: so does this host
     int err = 0;
     if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
       err = errno;

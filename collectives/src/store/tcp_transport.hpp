@@ -190,6 +190,7 @@ class TcpTransport final : public Transport, public HostLinks {
   Rendezvous* rendezvous_;
   const PeerMonitor* peers_;
   std::size_t pair_buffer_max_;
+  std::string congestion_;  // of every connection ("system": the host's default)
   int listen_fd_ = -1;
   unsigned char token_[16];
   std::vector<Link> links_;

@@ -38,6 +38,7 @@
 
 #include "accrun/log.hpp"
 #include "accrun/object_wire.hpp"
+#include "accrun/tcp_congestion.hpp"
 #include "iof.hpp"
 #include "agent/descendants.hpp"
 #include "agent/janitor.hpp"
@@ -1031,7 +1032,12 @@ Status Daemon::prepare() {
   // ranks, on the address the controller reached us at (or, for the
   // controller's own host, every address the controller offers).
   if (plan_.hosts.size() > 1) {
-    auto server = ObjectServer::start(wire::addresses_reached_by(up_->fd()), shm_dir_);
+    // Objects leave with the congestion control of the ranks' store.
+    Env ranks_env = cfg_.inherited;
+    apply_exports(ranks_env, cfg_);
+    const auto cc = ranks_env.find("ACCRUN_STORE_TCP_CONGESTION");
+    auto server = ObjectServer::start(wire::addresses_reached_by(up_->fd()), shm_dir_,
+                                      cc != ranks_env.end() && valid_tcp_congestion(cc->second) ? cc->second : "");
     if (!server) return server.status();
     objects_ = std::move(*server);
   }

@@ -18,6 +18,7 @@
 
 #include "accrun/log.hpp"
 #include "accrun/object_wire.hpp"
+#include "accrun/tcp_congestion.hpp"
 #include "wire/connection.hpp"
 
 namespace accrun::launcher {
@@ -110,8 +111,10 @@ std::string peer_of(int fd) {
 
 }  // namespace
 
-Result<std::unique_ptr<ObjectServer>> ObjectServer::start(const std::vector<std::string>& addresses, std::string dir) {
+Result<std::unique_ptr<ObjectServer>> ObjectServer::start(const std::vector<std::string>& addresses, std::string dir,
+                                                          std::string congestion) {
   std::unique_ptr<ObjectServer> s(new ObjectServer(std::move(dir)));
+  s->congestion_ = congestion.empty() ? kDefaultTcpCongestion : std::move(congestion);
   s->dir_fd_ = ::open(s->dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (s->dir_fd_ < 0) return system_error("object server: open " + s->dir_);
   std::string errors;
@@ -189,6 +192,8 @@ void ObjectServer::accept_loop() {
       if ((fds[i].revents & POLLIN) == 0) continue;
       auto fd = wire::accept_tcp(fds[i].fd);
       if (!fd || *fd < 0) continue;
+      // Refused (not on this host): the host's own; the ranks' groups say so.
+      (void)set_tcp_congestion(*fd, congestion_);
       std::lock_guard<std::mutex> lock(mu_);
       Request& r = requests_.emplace_back();
       r.fd = *fd;

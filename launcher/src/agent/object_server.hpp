@@ -29,8 +29,11 @@ class ObjectServer {
 
   // Listens on each of `addresses` (numeric IPv4/IPv6, port chosen by the
   // kernel) and serves the object files in `dir`.  Addresses that cannot be
-  // bound are skipped; none bound is Code::kSystem.
-  static Result<std::unique_ptr<ObjectServer>> start(const std::vector<std::string>& addresses, std::string dir);
+  // bound are skipped; none bound is Code::kSystem.  `congestion`: the TCP
+  // congestion control objects leave with, as the ranks' store transport
+  // ("" = accrun's default, accrun/tcp_congestion.hpp).
+  static Result<std::unique_ptr<ObjectServer>> start(const std::vector<std::string>& addresses, std::string dir,
+                                                     std::string congestion = "");
   // Stops accepting, cuts the transfers in flight and joins every thread.
   ~ObjectServer();
   ObjectServer(const ObjectServer&) = delete;
@@ -51,6 +54,7 @@ class ObjectServer {
   void reap(bool all);
 
   std::string dir_;
+  std::string congestion_;  // of every accepted connection
   int dir_fd_ = -1;
   std::vector<int> listeners_;
   std::string addresses_;

@@ -5,7 +5,7 @@
 # provider between hosts), AUTO on
 # host buffers across hosts, and a member that dies on another host during
 # an allreduce: every survivor fails with ACCRUN_ERR_REMOTE naming it
-# within 5 s; objects put on one host and read on another; nothing is
+# within 5 s; the links' TCP congestion control; objects put on one host and read on another; nothing is
 # left on any host.
 # usage: store.sh SOURCE_DIR ACCRUN SUITE PROBE BACKENDS_AUTO
 set -uo pipefail
@@ -35,6 +35,36 @@ for transport in $transports; do
     check "$layout: a hierarchical group ($transport between hosts)" "store backend ready \(4 ranks on [24] hosts, shm inside a host, $between between" "$out"
   done
 done
+
+# The congestion control of the store's connections between hosts, as the
+# kernel reports them (ss on h2): Reno unless the job names another
+# (ACCRUN_STORE_TCP_CONGESTION; "system": the host's own); a name the host
+# lacks fails the group's set-up naming the variable and the host.
+store_cc() {  # store_cc [VALUE]: the congestion controls of the probe's links on h2
+  local extra=() pid
+  [ -n "${1:-}" ] && extra=(-x "ACCRUN_STORE_TCP_CONGESTION=$1")
+  "$accrun" --timeout 60 -n 2 -H h1:1,h2:1 --launch-agent "$agent" "${extra[@]}" "$probe" loop >"$state/cc.out" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do [ "$(grep -c looping "$state/cc.out")" = 2 ] && break; sleep 0.1; done
+  "$tb" hx h2 ss -tinpH | awk '/runtime_probe/ && !/127\.0\.0\.1/ { getline; print $1 }' | sort -u | tr '\n' ' '
+  kill "$pid"
+  wait "$pid" 2>/dev/null
+}
+got=$(store_cc)
+[ "$got" = "reno " ] && ok "the store's links between hosts use Reno by default" || bad "the store's congestion control by default: '$got'" "$(cat "$state/cc.out")"
+host_cc=$("$tb" hx h2 cat /proc/sys/net/ipv4/tcp_congestion_control)
+got=$(store_cc system)
+if [ "$host_cc" = reno ]; then
+  ok "ACCRUN_STORE_TCP_CONGESTION=system: the host's ($host_cc; the same as the default here, so not told apart)"
+else
+  [ "$got" = "$host_cc " ] && ok "ACCRUN_STORE_TCP_CONGESTION=system: the host's own ($host_cc)" \
+    || bad "ACCRUN_STORE_TCP_CONGESTION=system gave '$got', the host's is $host_cc" "$(cat "$state/cc.out")"
+fi
+out=$("$accrun" --timeout 60 -n 2 -H h1:1,h2:1 --launch-agent "$agent" -x ACCRUN_STORE_TCP_CONGESTION=nosuchcc "$probe" loop 2>&1)
+rc=$?
+[ "$rc" != 0 ] && ! grep -q "^rank [01]: looping" <<<"$out" && ok "a congestion control the hosts lack fails the group's set-up (exit $rc)" \
+  || bad "ACCRUN_STORE_TCP_CONGESTION=nosuchcc (exit $rc)" "$out"
+check "its message names the variable and the host" "ACCRUN_STORE_TCP_CONGESTION='nosuchcc': host h[12] does not have it" "$out"
 
 out=$("$accrun" --timeout 60 -n 4 -H h1:2,h2:2 --launch-agent "$agent" -x ACCRUN_LOG=debug "$backends_auto" 2>&1)
 n=$(grep -c "auto_backend: PASS" <<<"$out")
