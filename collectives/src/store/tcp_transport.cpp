@@ -129,6 +129,13 @@ TcpTransport::TcpTransport(const GroupContext& ctx, std::vector<bool> needs, std
       pair_buffer_max_(pair_buffer_max),
       congestion_(ctx.tcp_congestion),
       links_(ctx.members.size()) {
+  // More ranks than CPUs here (ACCRUN_OVERSUBSCRIBED, or more of the
+  // group's members on this host than it has CPUs): a rank that spins keeps
+  // a CPU from the ranks it waits for, so waits block at once.
+  long here = 0;
+  for (const Member& m : members_) here += m.host == members_[static_cast<std::size_t>(rank_)].host ? 1 : 0;
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  spin_ = !ctx.oversubscribed && !(cpus > 0 && here > cpus);
   for (std::size_t q = 0; q < members_.size(); ++q) {
     channels_.push_back(needs_[q] ? std::make_unique<TaggedChannel>(this, static_cast<int>(q)) : nullptr);
   }
@@ -517,9 +524,10 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
       }
     }
     // Non-blocking looks for the first 200 µs (an answer between hosts is
-    // often tens of microseconds away), then block in poll, 50 ms at most
-    // between the checks above.
-    if (now - start < std::chrono::microseconds(200)) {
+    // often tens of microseconds away; not where the host is
+    // oversubscribed), then block in poll, 50 ms at most between the checks
+    // above.
+    if (spin_ && now - start < std::chrono::microseconds(200)) {
       // While spinning, a recv on the awaited link is cheaper than a poll of
       // every socket; the others (and the listener) are looked at every
       // 16th turn, counted across calls.

@@ -19,8 +19,9 @@
 // during later waits, so a send never waits for its receive, up to
 // pair_buffer_max bytes queued towards one peer.
 //
-// Receiving happens on the caller's thread, inside its waits (poll on
-// every incoming socket); what a send could not hand to the kernel at once
+// Receiving happens on the caller's thread, inside its waits (a spin of
+// non-blocking looks for 200 µs, none on an oversubscribed host, then poll
+// on every incoming socket); what a send could not hand to the kernel at once
 // is written by the transport's writer thread.  A closed connection or a peer
 // the job reports failed ends the waits that need it with kRemote naming
 // the member; the group's deadline with kTimeout.
@@ -191,6 +192,7 @@ class TcpTransport final : public Transport, public HostLinks {
   const PeerMonitor* peers_;
   std::size_t pair_buffer_max_;
   std::string congestion_;  // of every connection ("system": the host's default)
+  bool spin_ = true;        // waits look without blocking first (not on an oversubscribed host)
   int listen_fd_ = -1;
   unsigned char token_[16];
   std::vector<Link> links_;
