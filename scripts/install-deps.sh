@@ -3,7 +3,18 @@
 # Debian's archive.  Idempotent: packages already present are skipped, and
 # `apt-get update` runs only when something is missing.  Works as root or
 # through sudo.
+#   install-deps.sh           what the build and the tests need
+#   install-deps.sh --bench   also the benchmarks' anchors that the tests do
+#                             not need: torch.distributed's gloo
+#                             (python3-torch; large, so left out of the rest)
 set -euo pipefail
+bench=0
+for a in "$@"; do
+  case $a in
+    --bench) bench=1 ;;
+    *) echo "install-deps.sh: unknown option '$a' (known: --bench)" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   build-essential cmake ninja-build pkg-config git
@@ -22,6 +33,7 @@ packages=(
   slurm-wlm munge                 # tests/testbed: up --slurm
   clang libclang-rt-14-dev        # tests/fuzz: libFuzzer targets (run-fuzzers.sh)
 )
+[ "$bench" = 1 ] && packages+=(python3-torch)  # benchmarks/osu/gloo_bench.py
 
 missing=()
 for p in "${packages[@]}"; do

@@ -74,7 +74,7 @@ if "$py" -c "import torch" 2>/dev/null; then
     done
   done
 else
-  echo "## gloo: python3-torch is not installed; skipped"
+  echo "## gloo: python3-torch is not installed (scripts/install-deps.sh --bench installs it); skipped"
 fi
 echo "## osu_bw, store, h1 -> h2"
 "$b/launcher/accrun" --timeout 300 -n 2 -H h1:1,h2:1 --launch-agent "$agent" "${mpi[@]}" \
