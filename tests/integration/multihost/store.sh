@@ -46,7 +46,12 @@ store_cc() {  # store_cc [VALUE]: the congestion controls of the probe's links o
   "$accrun" --timeout 60 -n 2 -H h1:1,h2:1 --launch-agent "$agent" "${extra[@]}" "$probe" loop >"$state/cc.out" 2>&1 &
   pid=$!
   for _ in $(seq 100); do [ "$(grep -c looping "$state/cc.out")" = 2 ] && break; sleep 0.1; done
-  "$tb" hx h2 ss -tinpH | awk '/runtime_probe/ && !/127\.0\.0\.1/ { getline; print $1 }' | sort -u | tr '\n' ' '
+  # The detail line names the congestion control after the options the
+  # connection negotiated (ts, sack, ecn ...), before the first "key:value".
+  "$tb" hx h2 ss -tinpH | awk '/runtime_probe/ && !/127\.0\.0\.1/ {
+      getline
+      for (i = 1; i <= NF; i++) if ($i !~ /:/ && $i !~ /^(ts|sack|ecn|ecnseen|fastopen|noecn)$/) { print $i; break }
+    }' | sort -u | tr '\n' ' '
   kill "$pid"
   wait "$pid" 2>/dev/null
 }
