@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "accrun/log.hpp"
+#include "store/wait.hpp"
 
 namespace accrun::collectives::store {
 namespace {
@@ -111,7 +112,7 @@ FabricTransport::FabricTransport(const GroupContext& ctx, std::vector<bool> need
       rendezvous_(ctx.rendezvous),
       peers_(ctx.peers),
       pair_buffer_max_(pair_buffer_max),
-      oversubscribed_(ctx.oversubscribed),
+      oversubscribed_(host_oversubscribed(ctx)),
       addr_(members_.size(), FI_ADDR_UNSPEC),
       outstanding_(members_.size(), 0),
       lost_(members_.size()) {}

@@ -33,14 +33,11 @@ const char* coll_name(unsigned c) {
 
 StoreGroup::StoreGroup(const GroupContext& ctx, const Tuning& t)
     : rank_(ctx.rank), size_(ctx.size), timeout_ms_(ctx.timeout_ms), tun_(t) {
-  // More ranks in the group than CPUs on the host: spinning only steals the
-  // core a peer needs, so yield at once (as ACCRUN_OVERSUBSCRIBED=1).  (Not
-  // this rank's affinity: a rank bound to one core is the normal case.)
+  // An oversubscribed host: yield at once instead of spinning.
   Waiter w;
-  w.oversubscribed = ctx.oversubscribed;
+  w.oversubscribed = host_oversubscribed(ctx);
   w.spin_ns = t.spin_ns;
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  if (cpus > 0 && cpus < size_) w.oversubscribed = true;
   // Eight or more ranks per CPU: a rank that keeps yielding keeps the
   // ranks it waits for from the CPU, so past a short while it sleeps.
   if (cpus > 0 && size_ >= 8 * cpus) w.crowded = true;

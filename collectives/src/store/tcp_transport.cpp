@@ -23,6 +23,7 @@
 
 #include "accrun/log.hpp"
 #include "accrun/tcp_congestion.hpp"
+#include "store/wait.hpp"
 
 namespace accrun::collectives::store {
 namespace {
@@ -128,14 +129,8 @@ TcpTransport::TcpTransport(const GroupContext& ctx, std::vector<bool> needs, std
       peers_(ctx.peers),
       pair_buffer_max_(pair_buffer_max),
       congestion_(ctx.tcp_congestion),
+      spin_(!host_oversubscribed(ctx)),
       links_(ctx.members.size()) {
-  // More ranks than CPUs here (ACCRUN_OVERSUBSCRIBED, or more of the
-  // group's members on this host than it has CPUs): a rank that spins keeps
-  // a CPU from the ranks it waits for, so waits block at once.
-  long here = 0;
-  for (const Member& m : members_) here += m.host == members_[static_cast<std::size_t>(rank_)].host ? 1 : 0;
-  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  spin_ = !ctx.oversubscribed && !(cpus > 0 && here > cpus);
   for (std::size_t q = 0; q < members_.size(); ++q) {
     channels_.push_back(needs_[q] ? std::make_unique<TaggedChannel>(this, static_cast<int>(q)) : nullptr);
   }

@@ -2,11 +2,13 @@
 #pragma once
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <thread>
 
+#include "accrun/backend.hpp"
 #include "accrun/status.hpp"
 #include "store/transport.hpp"
 
@@ -20,6 +22,21 @@
 #endif
 
 namespace accrun::collectives::store {
+
+// Whether this member's waits should give its CPU away at once instead of
+// spinning first: the launcher said its host has more ranks than slots
+// (ACCRUN_OVERSUBSCRIBED), or more of the group's members share its host
+// than the host has CPUs.  (Not the rank's affinity: a rank bound to one
+// core is the normal case.)  Spinning there only keeps a CPU from the peers
+// it waits for.
+inline bool host_oversubscribed(const GroupContext& ctx) {
+  if (ctx.oversubscribed) return true;
+  const std::string& here = ctx.members[static_cast<std::size_t>(ctx.rank)].host;
+  long sharing = 0;
+  for (const Member& m : ctx.members) sharing += m.host == here ? 1 : 0;
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  return cpus > 0 && sharing > cpus;
+}
 
 struct Waiter {
   bool oversubscribed = false;  // yield at once instead of spinning
