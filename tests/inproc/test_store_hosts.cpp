@@ -81,6 +81,46 @@ TEST_P(StoreHosts, LargeAndSmallMessagesStreamWholeAndInOrder) {
   });
 }
 
+TEST_P(StoreHosts, MessagesReadPastAReceiveReachTheNextWaitOfAnyKind) {
+  // A sender far ahead: 40 messages of 1-40 KiB, then an allreduce, then 40
+  // more, all in the socket before the receiver asks.  One read takes
+  // several of them; what lies past the receive it was for must reach the
+  // next receive (into its own buffer), and the allreduce, which waits for
+  // a whole message of the other tag, must find its message behind them
+  // although the socket holds nothing more by then.  Three members, so the
+  // waits block at once (an oversubscribed host) instead of spinning first.
+  World w;
+  w.run(on_hosts(spec("ahead", 3), "abb", GetParam()), [&](int r, Backend& b) {
+    auto size = [](int k) { return static_cast<std::size_t>(256 + 2503 * k % 10240); };  // 1-40 KiB
+    float x = static_cast<float>(r + 1), sum = 0;
+    if (r == 0) {
+      for (int k = 0; k < 80; ++k) {
+        if (k == 40) {
+          ASSERT_TRUE(b.allreduce(&x, &sum, 1, DType::kFloat32, Op::kSum, nullptr).is_ok());
+        }
+        auto out = pattern(0, size(k), k);
+        ASSERT_TRUE(b.send(out.data(), out.size(), DType::kInt32, 1, nullptr).is_ok());
+      }
+    } else if (r == 2) {
+      ASSERT_TRUE(b.allreduce(&x, &sum, 1, DType::kFloat32, Op::kSum, nullptr).is_ok());
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let them all arrive
+      for (int k = 0; k < 80; ++k) {
+        if (k == 40) {
+          Status s = b.allreduce(&x, &sum, 1, DType::kFloat32, Op::kSum, nullptr);
+          ASSERT_TRUE(s.is_ok()) << s.message();
+        }
+        std::vector<std::int32_t> in(size(k), -1);
+        Status s = b.recv(in.data(), in.size(), DType::kInt32, 0, nullptr);
+        ASSERT_TRUE(s.is_ok()) << "message " << k << ": " << s.message();
+        ASSERT_EQ(in, pattern(0, size(k), k)) << "message " << k;
+      }
+    }
+    ASSERT_EQ(sum, 6.0f);
+    ASSERT_TRUE(b.barrier().is_ok());
+  });
+}
+
 TEST(StoreHostsTcp, AReceiveThatGaveUpMidMessageLeavesItWholeForTheNext) {
   // A 48 MiB message whose first receive times out while it arrives (its
   // rest then goes to the transport's own buffer): the next receive gets it

@@ -570,6 +570,14 @@ void TcpTransport::progress(int timeout_ms) {
       }
     }
   }
+  // Bytes a link staged past an earlier receive's message are not in its
+  // socket any more: parse them first, and only look at the sockets then.
+  for (std::size_t q = 0; q < links_.size(); ++q) {
+    if (links_[q].stage_at < links_[q].stage_end) {
+      read_link(static_cast<int>(q));
+      timeout_ms = 0;
+    }
+  }
   if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
   std::vector<std::size_t> done_pending;
   for (std::size_t i = 0; i < fds.size(); ++i) {
@@ -656,15 +664,18 @@ Status TcpTransport::pair_up(const std::vector<int>& peers, const Wait& w) {
 }
 
 // Reads what the socket holds: a large body straight into its message (or
-// a posted receive's buffer), anything else through a 64 KiB staging
-// buffer parsed into frames, so a small message costs one recv.
+// a posted receive's buffer), anything else through the link's 64 KiB
+// staging buffer parsed into frames, so a small message costs one recv.
+// Parsing stops at the end of the posted receive's message: the bytes
+// staged after it (the next messages, when the sender is ahead) wait there
+// for the next receive, whose message is then copied from the stage into
+// its buffer once, not into a message of the transport's own first.
 void TcpTransport::read_link(int peer) {
   Link& l = links_[static_cast<std::size_t>(peer)];
   // Where body byte `at` (of the frame) belongs.
   auto place = [&l](std::size_t at) { return at < l.body_keep ? l.body.data() + at : l.direct + (at - l.body_keep); };
   // Whether the message just finished was the posted receive's: the caller
-  // has what it waits for, and what follows stays in the socket until a
-  // receive is posted for it (then it too goes straight to its buffer).
+  // has what it waits for.
   bool posted_done = false;
   auto finish = [&l, &posted_done] {
     posted_done = posted_done || (l.post.matched && l.direct == l.post.dest && l.direct != nullptr);
@@ -679,18 +690,65 @@ void TcpTransport::read_link(int peer) {
     l.direct = nullptr;
     l.in_body = false;
   };
-  for (;;) {
+  // Parses the staged bytes (header, body, header, ...) up to the end of
+  // the posted receive's message.  False once the link is lost.
+  auto parse = [&]() -> bool {
+    const char* stage = l.stage.data();
+    while (l.stage_at < l.stage_end && !posted_done) {
+      std::size_t& at = l.stage_at;
+      if (!l.in_body) {
+        const std::size_t take = std::min(kHeadBytes - l.head_got, l.stage_end - at);
+        std::memcpy(l.head + l.head_got, stage + at, take);
+        l.head_got += take;
+        at += take;
+        if (l.head_got < kHeadBytes) break;
+        if (get32(l.head) != kFrameMagic) {
+          lose(peer, "sent a malformed frame");
+          return false;
+        }
+        l.in_tag = get32(l.head + 4);
+        l.body_total = get64(l.head + 8);
+        l.body_got = 0;
+        l.head_got = 0;
+        l.in_body = true;
+        // The posted receive's message: the first of its tag not yet
+        // taken, of the expected length.
+        Link::Post& po = l.post;
+        const bool earlier = std::any_of(l.inbox.begin(), l.inbox.end(),
+                                         [&](const Message& m) { return m.tag == l.in_tag; });
+        const bool fits = po.up_to ? l.body_total >= po.keep && l.body_total <= po.keep + po.len
+                                   : l.body_total == po.keep + po.len;
+        if (po.active && !po.matched && po.tag == l.in_tag && !earlier && fits) {
+          po.matched = true;
+          l.body_keep = po.keep;
+          l.direct = po.dest;
+        } else {
+          l.body_keep = l.body_total;
+          l.direct = nullptr;
+        }
+        l.body.assign(l.body_keep, '\0');
+      }
+      std::size_t take = std::min(l.body_total - l.body_got, l.stage_end - at);
+      while (take > 0) {  // at most two pieces: the kept head, then the rest
+        const std::size_t piece = l.body_got < l.body_keep ? std::min(take, l.body_keep - l.body_got) : take;
+        std::memcpy(place(l.body_got), stage + at, piece);
+        l.body_got += piece;
+        at += piece;
+        take -= piece;
+      }
+      if (l.body_got == l.body_total) finish();
+    }
+    return true;
+  };
+  if (!parse() || posted_done) return;
+  for (;;) {  // everything staged is parsed here
     const std::size_t body_left = l.in_body ? l.body_total - l.body_got : 0;
     // A large remainder lying in one place is read there directly.
     const std::size_t run = l.body_got < l.body_keep ? l.body_keep - l.body_got : body_left;
-    const bool direct = l.in_body && std::min(run, body_left) >= sizeof stage_;
-    char* into = direct ? place(l.body_got) : stage_;
-    // While a receive is posted, a body's tail is read alone: the next
-    // frame's header then starts a read of its own, and its body can go
-    // straight to the posted buffer.
-    const std::size_t want = direct                               ? std::min(run, body_left)
-                             : l.in_body && l.post.active && body_left > 0 ? std::min(sizeof stage_, body_left)
-                                                                      : sizeof stage_;
+    const bool direct = l.in_body && std::min(run, body_left) >= kStageBytes;
+    if (!direct && l.stage.empty()) l.stage.resize(kStageBytes);
+    char* into = direct ? place(l.body_got) : l.stage.data();
+    const std::size_t want = direct ? std::min(run, body_left) : kStageBytes;
     const ssize_t n = ::recv(l.in_fd, into, want, MSG_DONTWAIT);
     if (n == 0) {
       if (l.in_ours && adopt_pending(peer)) return;  // read on from its own connection
@@ -707,54 +765,12 @@ void TcpTransport::read_link(int peer) {
     const std::size_t got = static_cast<std::size_t>(n);
     if (direct) {
       l.body_got += got;
+      if (l.body_got == l.body_total) finish();
     } else {
-      // Parse the staged bytes: header, body, header, ...
-      std::size_t at = 0;
-      while (at < got) {
-        if (!l.in_body) {
-          const std::size_t take = std::min(kHeadBytes - l.head_got, got - at);
-          std::memcpy(l.head + l.head_got, stage_ + at, take);
-          l.head_got += take;
-          at += take;
-          if (l.head_got < kHeadBytes) break;
-          if (get32(l.head) != kFrameMagic) {
-            lose(peer, "sent a malformed frame");
-            return;
-          }
-          l.in_tag = get32(l.head + 4);
-          l.body_total = get64(l.head + 8);
-          l.body_got = 0;
-          l.head_got = 0;
-          l.in_body = true;
-          // The posted receive's message: the first of its tag not yet
-          // taken, of the expected length.
-          Link::Post& po = l.post;
-          const bool earlier = std::any_of(l.inbox.begin(), l.inbox.end(),
-                                           [&](const Message& m) { return m.tag == l.in_tag; });
-          const bool fits = po.up_to ? l.body_total >= po.keep && l.body_total <= po.keep + po.len
-                                     : l.body_total == po.keep + po.len;
-          if (po.active && !po.matched && po.tag == l.in_tag && !earlier && fits) {
-            po.matched = true;
-            l.body_keep = po.keep;
-            l.direct = po.dest;
-          } else {
-            l.body_keep = l.body_total;
-            l.direct = nullptr;
-          }
-          l.body.assign(l.body_keep, '\0');
-        }
-        std::size_t take = std::min(l.body_total - l.body_got, got - at);
-        while (take > 0) {  // at most two pieces: the kept head, then the rest
-          const std::size_t piece = l.body_got < l.body_keep ? std::min(take, l.body_keep - l.body_got) : take;
-          std::memcpy(place(l.body_got), stage_ + at, piece);
-          l.body_got += piece;
-          at += piece;
-          take -= piece;
-        }
-        if (l.body_got == l.body_total) finish();
-      }
+      l.stage_at = 0;
+      l.stage_end = got;
+      if (!parse()) return;
     }
-    if (l.in_body && l.body_got == l.body_total) finish();
     if (got < want || posted_done) return;  // the socket is drained, or the caller has its message
   }
 }

@@ -117,7 +117,12 @@ class TcpTransport final : public Transport, public HostLinks {
     std::deque<Chunk> outq;
     std::size_t out_off = 0;       // of outq.front()
     std::size_t queued = 0;        // bytes in outq
-    // Reading: a header, then its body.
+    // Reading: bytes from the socket land in `stage` (64 KiB, made on the
+    // first read); [stage_at, stage_end) is what is not parsed yet.
+    std::vector<char> stage;
+    std::size_t stage_at = 0;
+    std::size_t stage_end = 0;
+    // Parsing: a header, then its body.
     unsigned char head[16];
     std::size_t head_got = 0;
     std::uint32_t in_tag = 0;
@@ -141,6 +146,7 @@ class TcpTransport final : public Transport, public HostLinks {
     bool in_closed = false;     // the peer closed its connection to us
     std::string lost;           // why the link is gone, once it is (out_mu_)
   };
+  static constexpr std::size_t kStageBytes = 64 * 1024;
   struct Pending {  // an accepted connection whose hello is not complete
     int fd;
     unsigned char hello[24];
@@ -199,7 +205,6 @@ class TcpTransport final : public Transport, public HostLinks {
   std::vector<Pending> pending_;
   std::vector<std::unique_ptr<TaggedChannel>> channels_;
   unsigned spin_turn_ = 0;  // wait_for's spins, across calls (the caller's thread)
-  char stage_[64 * 1024];  // read_link's staging buffer (the caller's thread)
   std::vector<pollfd> poll_fds_;  // progress()'s, kept between calls
   std::vector<int> poll_who_;
   // The sending side of every link (out_fd, outq, out_off, queued, lost)
