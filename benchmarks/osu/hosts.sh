@@ -38,7 +38,7 @@ pin=(sh -c 'exec taskset -c "$ACCRUN_RANK" "$@"' pin)
 # its broadcast off the path that waits for every reader of a host at once),
 # and Open MPI gets mpi_yield_when_idle=1.
 over=(--oversubscribe -x OMPI_MCA_mpi_yield_when_idle=1)
-for layout in "2 h1:1,h2:1 -i 1000 8:4194304" "8 h1:1,h2:1,h3:1,h4:1 -i 20 8:262144"; do
+for layout in "2 h1:1,h2:1 -i 1000 8:4194304" "8 h1:1,h2:1,h3:1,h4:1 -i 100 8:262144"; do
   set -- $layout
   wrap=()
   extra=("${over[@]}")

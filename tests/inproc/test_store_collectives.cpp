@@ -215,8 +215,11 @@ TEST(StoreBroadcast, RootsRunAheadOfAStalledReader) {
 }
 
 // 4 MiB and more: allreduce, broadcast and allgather across many chunks.
+// Between hosts: the ring (3 hosts) and recursive halving and doubling (4
+// and 8 hosts, some with uneven ranks per host), blocks of uneven sizes.
 TEST(StoreLarge, FourMiBAndMore) {
-  for (auto [p, hosts] : {std::pair<int, const char*>{2, ""}, {4, ""}, {4, "aabb"}, {3, "abc"}, {8, "aabbccdd"}}) {
+  for (auto [p, hosts] : {std::pair<int, const char*>{2, ""}, {4, ""}, {4, "aabb"}, {3, "abc"}, {8, "aabbccdd"},
+                          {5, "abcdd"}, {8, "abcdefgh"}}) {
     World w;
     w.run(on_hosts(spec("large", p), hosts), [&](int r, Backend& b) {
       const std::size_t count = (4u << 20) / 4 + 123;  // a little over 4 MiB of float32

@@ -168,6 +168,15 @@ Status HierGroup::fail(Status s) {
 
 // ------------------------------------------------------------ between leaders
 
+void HierGroup::say_algorithm(const char* algorithm, std::size_t bytes) {
+  // Once per change of a collective's algorithm, not per call.
+  const char*& last = said_[std::min<std::uint32_t>(sig_.coll, kSaid - 1)];
+  if (last == algorithm) return;
+  last = algorithm;
+  log(LogLevel::kDebug, "group %s: %s of %zu bytes between %zu hosts: %s", name_.c_str(), coll_name(sig_.coll), bytes,
+      hosts_.size(), algorithm);
+}
+
 Status HierGroup::lsend(int host, const void* data, std::size_t len, const Wait& w, bool borrow) {
   return links_->send2(hosts_[static_cast<std::size_t>(host)].front(), HostLinks::kCollective, &sig_, sizeof sig_,
                      data, len, w, borrow);
@@ -247,7 +256,10 @@ Status HierGroup::leaders_allreduce(char* buf, std::size_t count, DType dt, Op o
   const std::size_t ds = dtype_size(dt);
   const std::size_t bytes = count * ds;
   if (hosts == 1 || bytes == 0) return Status::ok();
-  if (bytes <= kSmallBytes || count < static_cast<std::size_t>(hosts)) {
+  // The exchange sends every leader's whole vector to every other: one
+  // step, while what each leader sends stays small.
+  if (bytes * static_cast<std::size_t>(hosts - 1) <= kSmallBytes || count < static_cast<std::size_t>(hosts)) {
+    say_algorithm("exchange", bytes);
     std::vector<std::string> parts;
     ACCRUN_RETURN_IF_ERROR(leaders_exchange(buf, bytes, &parts));
     for (int h = 0; h < hosts; ++h) {
@@ -264,7 +276,6 @@ Status HierGroup::leaders_allreduce(char* buf, std::size_t count, DType dt, Op o
     std::memcpy(buf, acc_.data(), bytes);
     return Status::ok();
   }
-  // Ring: reduce-scatter then allgather, in blocks of about count / hosts.
   const Wait w = wait_spec();
   auto block = [&](int b) {
     const std::size_t base = count / static_cast<std::size_t>(hosts), extra = count % static_cast<std::size_t>(hosts);
@@ -272,6 +283,43 @@ Status HierGroup::leaders_allreduce(char* buf, std::size_t count, DType dt, Op o
     const std::size_t lo = ub * base + std::min(ub, extra);
     return std::make_pair(lo, base + (ub < extra ? 1 : 0));
   };
+  if (hosts > 2 && (hosts & (hosts - 1)) == 0) {
+    // A power of two: recursive halving then doubling, log2(hosts) steps
+    // each way instead of the ring's hosts - 1, the same bytes.  The
+    // leaders pair across one bit of their host index per step, the highest
+    // first; each keeps the half of its blocks on its side of that bit, so
+    // the leader of host h ends with block h reduced, then the halves come
+    // back in the reverse order.
+    say_algorithm("recursive halving and doubling", bytes);
+    auto span = [&](int lo, int hi) {  // blocks [lo, hi): first element, elements
+      const std::size_t first = block(lo).first;
+      return std::make_pair(first, block(hi - 1).first + block(hi - 1).second - first);
+    };
+    std::vector<char> in(span(0, hosts / 2).second * ds);
+    int lo = 0, hi = hosts;
+    for (int mask = hosts / 2; mask >= 1; mask /= 2) {
+      const int mid = (lo + hi) / 2;
+      const bool upper = (my_host_ & mask) != 0;
+      const auto [slo, sn] = upper ? span(lo, mid) : span(mid, hi);
+      const auto [klo, kn] = upper ? span(mid, hi) : span(lo, mid);
+      ACCRUN_RETURN_IF_ERROR(lsend(my_host_ ^ mask, buf + slo * ds, sn * ds, w));
+      ACCRUN_RETURN_IF_ERROR(lrecv(my_host_ ^ mask, in.data(), kn * ds, w));
+      reduce_into(dt, op, buf + klo * ds, in.data(), kn);
+      (upper ? lo : hi) = mid;
+    }
+    for (int mask = 1; mask < hosts; mask *= 2) {
+      const bool upper = (my_host_ & mask) != 0;
+      const int width = hi - lo;
+      const auto [slo, sn] = span(lo, hi);
+      const auto [rlo, rn] = upper ? span(lo - width, lo) : span(hi, hi + width);
+      ACCRUN_RETURN_IF_ERROR(lsend(my_host_ ^ mask, buf + slo * ds, sn * ds, w));
+      ACCRUN_RETURN_IF_ERROR(lrecv(my_host_ ^ mask, buf + rlo * ds, rn * ds, w));
+      (upper ? lo : hi) = upper ? lo - width : hi + width;
+    }
+    return Status::ok();
+  }
+  // Ring: reduce-scatter then allgather, in blocks of about count / hosts.
+  say_algorithm("ring", bytes);
   const int next = (my_host_ + 1) % hosts, prev = (my_host_ - 1 + hosts) % hosts;
   std::vector<char> in(block(0).second * ds);
   for (int s = 0; s < hosts - 1; ++s) {
@@ -295,6 +343,7 @@ Status HierGroup::leaders_broadcast(char* buf, std::size_t bytes, int root_host)
   if (hosts == 1 || bytes == 0) return Status::ok();
   const Wait w = wait_spec();
   if (bytes <= kSmallBytes) {
+    say_algorithm("from the root's leader to every leader", bytes);
     if (my_host_ == root_host) {
       for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(lsend((root_host + i) % hosts, buf, bytes, w, true));
       for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(lflush((root_host + i) % hosts, w));
@@ -304,6 +353,7 @@ Status HierGroup::leaders_broadcast(char* buf, std::size_t bytes, int root_host)
   }
   // A chain from the root's host, in chunks, so every link carries the
   // data once and the chunks pipeline.
+  say_algorithm("pipelined chain", bytes);
   const int pos = (my_host_ - root_host + hosts) % hosts;
   const int prev = (my_host_ - 1 + hosts) % hosts, next = (my_host_ + 1) % hosts;
   for (std::size_t off = 0; off < bytes; off += kChainChunk) {

@@ -6,9 +6,10 @@
 // gathers) inside each host, runs between the leaders, then broadcasts
 // inside each host:
 //   allreduce      local reduce to the leader; leaders exchange every
-//                  leader's vector and reduce in host order (up to
-//                  kSmallBytes), or a ring reduce-scatter + allgather;
-//                  local broadcast
+//                  leader's vector and reduce in host order (while each
+//                  leader sends at most kSmallBytes), or reduce-scatter + allgather: recursive
+//                  halving and doubling for a power of two hosts (more than
+//                  2), else a ring; local broadcast
 //   reduce         as allreduce between the leaders, then the root's
 //                  leader hands the result to the root
 //   broadcast      the root hands the data to its leader; its leader sends
@@ -95,6 +96,9 @@ class HierGroup final : public Backend {
   Status leaders_allreduce(char* buf, std::size_t count, DType dt, Op op);
   Status leaders_broadcast(char* buf, std::size_t bytes, int root_host);
   Status leaders_exchange(const char* mine, std::size_t mine_len, std::vector<std::string>* theirs);
+  // The debug log says which algorithm the collective in sig_ takes between
+  // the hosts, whenever it differs from its last call's.
+  void say_algorithm(const char* algorithm, std::size_t bytes);
 
   std::string name_;
   int rank_ = 0;
@@ -115,6 +119,8 @@ class HierGroup final : public Backend {
   int depth_ = 0;
   std::vector<PendingRecv> pending_;
   std::vector<char> acc_;  // scratch of the collectives, kept between calls
+  static constexpr std::uint32_t kSaid = 8;
+  const char* said_[kSaid] = {};  // per collective, the algorithm last logged
 };
 
 }  // namespace accrun::collectives::store

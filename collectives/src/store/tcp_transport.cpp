@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/eventfd.h>
@@ -519,10 +520,16 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
       }
     }
     // Non-blocking looks for the first 200 µs (an answer between hosts is
-    // often tens of microseconds away; not where the host is
-    // oversubscribed), then block in poll, 50 ms at most between the checks
-    // above.
-    if (spin_ && now - start < std::chrono::microseconds(200)) {
+    // often tens of microseconds away), then block in poll, 50 ms at most
+    // between the checks above.  Where the host is oversubscribed, a look
+    // and a yield of the CPU by turns for the first 10 ms instead: a rank
+    // that spins keeps the CPU from the ranks it waits for, and one that
+    // blocks comes back through a wake-up that costs more, there, than its
+    // turn among the runnable ranks.
+    if (!spin_ && now - start < std::chrono::milliseconds(10)) {
+      progress(0);
+      sched_yield();
+    } else if (spin_ && now - start < std::chrono::microseconds(200)) {
       // While spinning, a recv on the awaited link is cheaper than a poll of
       // every socket; the others (and the listener) are looked at every
       // 16th turn, counted across calls.

@@ -20,8 +20,9 @@
 // pair_buffer_max bytes queued towards one peer.
 //
 // Receiving happens on the caller's thread, inside its waits (a spin of
-// non-blocking looks for 200 µs, none on an oversubscribed host, then poll
-// on every incoming socket); what a send could not hand to the kernel at once
+// non-blocking looks for 200 µs, or on an oversubscribed host looks and
+// yields of the CPU by turns for 10 ms, then poll on every incoming
+// socket); what a send could not hand to the kernel at once
 // is written by the transport's writer thread.  A closed connection or a peer
 // the job reports failed ends the waits that need it with kRemote naming
 // the member; the group's deadline with kTimeout.
