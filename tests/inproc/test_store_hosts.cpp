@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -119,6 +120,41 @@ TEST_P(StoreHosts, MessagesReadPastAReceiveReachTheNextWaitOfAnyKind) {
     ASSERT_EQ(sum, 6.0f);
     ASSERT_TRUE(b.barrier().is_ok());
   });
+}
+
+// This process's peak resident memory in KiB since the last reset (VmHWM).
+long peak_rss_kib() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
+TEST(StoreHostsTcp, ARootFarAheadDoesNotMakeItsReceiverBufferEverything) {
+  // 40,000 broadcasts of 8 KiB (320 MiB) from a root that never waits for
+  // its receiver: the receiver reads what its calls need, and leaves the
+  // rest in the kernel, so the root is held back there; it does not read
+  // the whole stream into messages of its own as fast as the root sends.
+  {
+    std::ofstream reset("/proc/self/clear_refs");
+    reset << "5";  // resets VmHWM
+  }
+  const long before = peak_rss_kib();
+  if (before < 0) GTEST_SKIP() << "no VmHWM in /proc/self/status to measure with";
+  constexpr int kCalls = 40'000;
+  constexpr std::size_t kBytes = 8192;
+  World w;
+  w.run(on_hosts(spec("ahead-bcast", 2), "ab", "tcp"), [&](int r, Backend& b) {
+    std::vector<std::uint8_t> buf(kBytes);
+    for (int i = 0; i < kCalls; ++i) {
+      if (r == 0) std::memset(buf.data(), i & 0xff, kBytes);
+      Status s = b.broadcast(buf.data(), kBytes, DType::kUInt8, 0, nullptr);
+      ASSERT_TRUE(s.is_ok()) << "call " << i << ": " << s.message();
+      ASSERT_EQ(buf[kBytes - 1], i & 0xff) << "call " << i;
+    }
+  });
+  const long grew_mib = (peak_rss_kib() - before) / 1024;
+  EXPECT_LT(grew_mib, 96) << "the receiver buffered " << grew_mib << " MiB of the root's 320 MiB";
 }
 
 TEST(StoreHostsTcp, AReceiveThatGaveUpMidMessageLeavesItWholeForTheNext) {

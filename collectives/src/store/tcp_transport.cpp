@@ -677,15 +677,21 @@ Status TcpTransport::pair_up(const std::vector<int>& peers, const Wait& w) {
 // staged after it (the next messages, when the sender is ahead) wait there
 // for the next receive, whose message is then copied from the stage into
 // its buffer once, not into a message of the transport's own first.
+// Reading stops as soon as the caller may have what it waits for (the
+// posted message; without a posted receive, any whole message), so a
+// sender that keeps ahead never makes one call read everything it sends.
 void TcpTransport::read_link(int peer) {
   Link& l = links_[static_cast<std::size_t>(peer)];
+  if (l.post.active && l.post.done) return;
   // Where body byte `at` (of the frame) belongs.
   auto place = [&l](std::size_t at) { return at < l.body_keep ? l.body.data() + at : l.direct + (at - l.body_keep); };
   // Whether the message just finished was the posted receive's: the caller
   // has what it waits for.
-  bool posted_done = false;
-  auto finish = [&l, &posted_done] {
+  bool posted_done = false, finished = false;
+  auto finish = [&l, &posted_done, &finished] {
+    finished = true;
     posted_done = posted_done || (l.post.matched && l.direct == l.post.dest && l.direct != nullptr);
+    l.post.done = l.post.done || posted_done;
     if (l.direct != nullptr && !l.spill.empty() && l.direct == l.spill.data()) {
       // Its receive gave up: the message is whole here, for a later one.
       l.body += l.spill;
@@ -778,7 +784,8 @@ void TcpTransport::read_link(int peer) {
       l.stage_end = got;
       if (!parse()) return;
     }
-    if (got < want || posted_done) return;  // the socket is drained, or the caller has its message
+    // The socket is drained, or the caller may have its message.
+    if (got < want || posted_done || (finished && !l.post.active)) return;
   }
 }
 

@@ -142,6 +142,7 @@ class TcpTransport final : public Transport, public HostLinks {
       char* dest = nullptr;
       std::size_t len = 0;
       bool up_to = false;        // a message of at most keep + len bytes fits (else exactly)
+      bool done = false;         // it arrived whole: nothing more is read until the next receive
     } post;
     std::deque<Message> inbox;  // whole messages not yet asked for
     bool in_closed = false;     // the peer closed its connection to us
