@@ -6,6 +6,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <utility>
 #include <cstring>
 #include <thread>
 #include <type_traits>
@@ -115,6 +116,8 @@ FabricTransport::FabricTransport(const GroupContext& ctx, std::vector<bool> need
       oversubscribed_(host_oversubscribed(ctx)),
       addr_(members_.size(), FI_ADDR_UNSPEC),
       outstanding_(members_.size(), 0),
+      credit_(members_.size()),
+      ack_recv_(members_.size(), nullptr),
       lost_(members_.size()) {}
 
 Result<std::unique_ptr<FabricTransport>> FabricTransport::create(const GroupContext& ctx, std::vector<bool> needs,
@@ -259,6 +262,7 @@ void FabricTransport::close_all() {
     log(LogLevel::kDebug, "group %s: the libfabric endpoint is left open, unused, after the group failed",
         group_.c_str());
     park(Parked{info_, fabric_, domain_, cq_, av_, ep_});
+    std::fill(ack_recv_.begin(), ack_recv_.end(), nullptr);
     unposted_.clear();
     orphans_.clear();
     ops_.clear();
@@ -273,6 +277,7 @@ void FabricTransport::close_all() {
   if (fabric_ != nullptr) fi_close(&fabric_->fid);
   if (const FabricLib* fi = fabric_lib(); info_ != nullptr && fi != nullptr) fi->freeinfo(info_);
   ep_ = nullptr;
+  std::fill(ack_recv_.begin(), ack_recv_.end(), nullptr);
   unposted_.clear();
   orphans_.clear();
   ops_.clear();
@@ -287,6 +292,9 @@ std::uint64_t FabricTransport::tag_of(int sender, Tag tag, bool body) const {
 
 void FabricTransport::progress() {
   if (closed_) return;
+  // Requests that came in the last round: answered now, outside the
+  // completion loop.
+  for (auto [q, t] : std::exchange(requests_, {})) maybe_report(q, t);
   post_unposted();
   fi_cq_tagged_entry e[16];
   for (;;) {
@@ -297,6 +305,11 @@ void FabricTransport::progress() {
       if (fi_cq_readerr(cq_, &err, 0) != 1) return;
       auto* op = static_cast<Op*>(err.op_context);
       if (op == nullptr) continue;
+      if (op->is_ack) {  // not posted again: the link's other operations report what failed
+        ack_recv_[static_cast<std::size_t>(op->peer)] = nullptr;
+        ops_.remove_if([op](const Op& o) { return &o == op; });
+        continue;
+      }
       op->done = true;
       op->error = err.err != 0 ? err.err : FI_EIO;
       op->length = err.len;
@@ -316,6 +329,27 @@ void FabricTransport::progress() {
     for (ssize_t i = 0; i < n; ++i) {
       auto* op = static_cast<Op*>(e[i].op_context);
       if (op == nullptr) continue;
+      if (op->is_ack) {  // the peer's report or request: post the next receive
+        const int q = op->peer;
+        if (e[i].len == 16) {
+          const std::uint32_t kind = get32(op->own.data()), t = get32(op->own.data() + 4);
+          const std::uint64_t value = get64(op->own.data() + 8);
+          if (t < 2) {
+            Credit& c = credit_[static_cast<std::size_t>(q)][t];
+            if (kind == 0) {
+              c.acked = std::max(c.acked, value);
+              c.asked = false;
+            } else {
+              c.wanted = true;
+              requests_.push_back({q, t});  // answered after this loop
+            }
+          }
+        }
+        ack_recv_[static_cast<std::size_t>(q)] = nullptr;
+        ops_.remove_if([op](const Op& o) { return &o == op; });
+        post_ack_recv(q);
+        continue;
+      }
       op->done = true;
       op->length = e[i].len;
       if (op->is_send) {
@@ -400,7 +434,9 @@ Status FabricTransport::address_of(int peer, const Wait& w, fi_addr_t* out) {
 Status FabricTransport::post_send(int peer, std::uint64_t tag, const void* data, std::size_t len, std::string own,
                                   bool borrowed, const Wait& w) {
   auto& out = outstanding_[static_cast<std::size_t>(peer)];
-  if (!borrowed && out > 0 && out + own.size() > pair_buffer_max_)
+  // A credit report never waits: the peer may be waiting for it.
+  const bool report = ((tag & 0xff) >> 1) == kAckTag;
+  if (!borrowed && !report && out > 0 && out + own.size() > pair_buffer_max_)
     ACCRUN_RETURN_IF_ERROR(wait_for([&] { return out == 0 || out + own.size() <= pair_buffer_max_; }, peer, w,
                                     "room to buffer a send"));
   fi_addr_t dest;
@@ -411,6 +447,7 @@ Status FabricTransport::post_send(int peer, std::uint64_t tag, const void* data,
   op.borrowed = borrowed;
   op.own = std::move(own);
   op.tag = tag;
+  op.charge = std::exchange(next_charge_, 0);
   op.buf = borrowed ? data : op.own.data();
   op.len = borrowed ? len : op.own.size();
   if (!borrowed) out += op.own.size();
@@ -418,6 +455,7 @@ Status FabricTransport::post_send(int peer, std::uint64_t tag, const void* data,
   // otherwise later, in order, by progress(): a send never waits for the
   // receiver to make room.
   unposted_.push_back(&op);
+  if (op.charge > 0 && ack_recv_[static_cast<std::size_t>(peer)] == nullptr) post_ack_recv(peer);
   post_unposted();
   // A collective's broken link is reported by its next receive, which may
   // first find why the peer gave up (its last message before it left).
@@ -428,23 +466,78 @@ Status FabricTransport::post_send(int peer, std::uint64_t tag, const void* data,
   return Status::ok();
 }
 
+void FabricTransport::post_ack_recv(int peer) {
+  const auto q = static_cast<std::size_t>(peer);
+  if (closed_ || ack_recv_[q] != nullptr || !lost_[q].empty()) return;
+  Op& op = ops_.emplace_back();
+  op.peer = peer;
+  op.is_ack = true;
+  op.own.assign(16, '\0');
+  const ssize_t rc = fi_trecv(ep_, op.own.data(), op.own.size(), nullptr, FI_ADDR_UNSPEC,
+                              tag_of(peer, kAckTag, false), 0, &op.ctx);
+  if (rc != 0) {  // no room now: the next send to the peer tries again
+    ops_.pop_back();
+    return;
+  }
+  op.posted_recv = true;
+  ack_recv_[q] = &op;
+}
+
+void FabricTransport::post_credit(int peer, std::uint32_t kind, std::uint32_t tag, std::uint64_t value) {
+  std::string m(16, '\0');
+  put32(m.data(), kind);
+  put32(m.data() + 4, tag);
+  put64(m.data() + 8, value);
+  Wait w;
+  w.op = "credits";
+  w.deadline = Clock::now() + std::chrono::seconds(5);
+  (void)post_send(peer, tag_of(rank_, kAckTag, false), nullptr, 0, std::move(m), false, w);
+}
+
+void FabricTransport::maybe_report(int peer, std::uint32_t tag) {
+  Credit& c = credit_[static_cast<std::size_t>(peer)][tag];
+  if (c.taken == c.told || !(c.wanted || c.taken - c.told >= kCreditWindow / 4)) return;
+  c.told = c.taken;
+  c.wanted = false;
+  post_credit(peer, 0, tag, c.taken);
+}
+
 void FabricTransport::post_unposted() {
   // In order per peer; a peer the provider cannot take more for yet (its
-  // connection is still being made, or gone) holds up only its own sends.
-  std::vector<bool> blocked;
+  // connection is still being made, or gone) holds up only its own sends,
+  // and a tag without credits only that peer's messages of the tag.
+  std::vector<char> blocked;  // per peer: bit 0 the provider's; bits 1, 2: tag 0, 1 without credits
+  std::vector<std::pair<int, std::uint32_t>> ask;
   for (auto it = unposted_.begin(); it != unposted_.end() && !closed_;) {
     Op* op = *it;
     const auto q = static_cast<std::size_t>(op->peer);
-    if (q < blocked.size() && blocked[q]) {
+    const std::uint32_t t = static_cast<std::uint32_t>((op->tag & 0xff) >> 1);
+    const char tag_bit = t < 2 ? static_cast<char>(2 << t) : 0;
+    if (q < blocked.size() && (blocked[q] & (1 | tag_bit)) != 0) {
       ++it;
       continue;
     }
+    const bool alive = lost_[q].empty() && (peers_ == nullptr || !peers_->failure(members_[q].job_rank));
+    if (alive && op->charge > 0 && t < 2) {
+      Credit& c = credit_[q][t];
+      if (c.charged > c.acked && c.charged - c.acked + op->charge > kCreditWindow) {
+        if (ack_recv_[q] == nullptr) post_ack_recv(op->peer);
+        if (!c.asked) {
+          c.asked = true;
+          ask.push_back({op->peer, t});  // after this loop (post_credit posts, in order)
+        }
+        if (blocked.size() <= q) blocked.resize(members_.size(), 0);
+        blocked[q] = static_cast<char>(blocked[q] | tag_bit);
+        ++it;
+        continue;
+      }
+    }
     ssize_t rc = -FI_EAGAIN;
-    if (lost_[q].empty() && (peers_ == nullptr || !peers_->failure(members_[q].job_rank))) {
+    if (alive) {
       rc = fi_tsend(ep_, op->buf, op->len, nullptr, addr_[q], op->tag, &op->ctx);
       if (rc == -FI_EAGAIN) {
-        if (blocked.size() <= q) blocked.resize(members_.size(), false);
-        blocked[q] = true;
+        if (blocked.size() <= q) blocked.resize(members_.size(), 0);
+        blocked[q] = static_cast<char>(blocked[q] | 1);
         ++it;
         continue;
       }
@@ -454,12 +547,14 @@ void FabricTransport::post_unposted() {
     it = unposted_.erase(it);
     if (rc == 0) {
       op->posted = true;
+      if (t < 2) credit_[q][t].charged += op->charge;
       continue;
     }
     if (lost_[q].empty() && rc != -FI_ECONNABORTED) lost_[q] = "fi_tsend: " + error_text(static_cast<int>(rc));
     outstanding_[q] -= op->borrowed ? 0 : op->own.size();
     ops_.remove_if([op](const Op& o) { return &o == op; });
   }
+  for (auto [q, t] : ask) post_credit(q, 1, t, 0);
 }
 
 Status FabricTransport::send(int peer, Tag tag, const void* data, std::size_t len, const Wait& w) {
@@ -472,6 +567,8 @@ Status FabricTransport::send2(int peer, Tag tag, const void* head, std::size_t h
   lock_ = &lock;
   if (closed_) return remote_error("group '" + group_ + "': " + w.op + ": the libfabric endpoint is closed (the group failed)");
   const std::uint64_t total = head_len + len;
+  // The header's post carries the message's charge (the body's none).
+  auto charged = [&] { next_charge_ = charge_of(total); };
   std::string h(kHeaderFixed, '\0');
   put64(h.data(), total);
   if (total <= kInline) {
@@ -479,11 +576,13 @@ Status FabricTransport::send2(int peer, Tag tag, const void* head, std::size_t h
     put32(h.data() + 12, 1);
     h.append(static_cast<const char*>(head), head_len);
     h.append(static_cast<const char*>(data), len);
+    charged();
     return post_send(peer, tag_of(rank_, tag, false), nullptr, 0, std::move(h), false, w);
   }
   if (head_len <= kMaxHead) {
     put32(h.data() + 8, static_cast<std::uint32_t>(head_len));
     h.append(static_cast<const char*>(head), head_len);
+    charged();
     ACCRUN_RETURN_IF_ERROR(post_send(peer, tag_of(rank_, tag, false), nullptr, 0, std::move(h), false, w));
     return borrow ? post_send(peer, tag_of(rank_, tag, true), data, len, std::string(), true, w)
                   : post_send(peer, tag_of(rank_, tag, true), nullptr, 0,
@@ -491,6 +590,7 @@ Status FabricTransport::send2(int peer, Tag tag, const void* head, std::size_t h
   }
   // A long head travels with the data (head length 0: the receiver takes
   // the message whole).
+  charged();
   ACCRUN_RETURN_IF_ERROR(post_send(peer, tag_of(rank_, tag, false), nullptr, 0, std::move(h), false, w));
   std::string body(static_cast<const char*>(head), head_len);
   body.append(static_cast<const char*>(data), len);
@@ -614,6 +714,11 @@ Status FabricTransport::next_header(int peer, Tag tag, Header* out, const Wait& 
   bool inl = get32(p->own.data() + 12) != 0;
   out->bytes.assign(p->own.data() + kHeaderFixed, p->length - kHeaderFixed);
   drop();
+  // Taken: reported to the sender every quarter window, or now if it asked
+  // (its requests come on the ack tag, whose receive is posted from here on).
+  if (ack_recv_[static_cast<std::size_t>(peer)] == nullptr) post_ack_recv(peer);
+  credit_[static_cast<std::size_t>(peer)][tag].taken += charge_of(out->total);
+  maybe_report(peer, tag);
   if (inl && out->bytes.size() != out->total)
     return Status(Code::kSystem, "group '" + group_ + "': " + describe(peer) + " sent a malformed header");
   return Status::ok();

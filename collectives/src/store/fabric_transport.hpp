@@ -17,7 +17,9 @@
 //
 // Sends are buffered: a header always, and a body unless borrowed, is
 // copied and posted, and its completion is reaped later; past
-// pair_buffer_max bytes outstanding towards one peer a send waits.  A
+// pair_buffer_max bytes outstanding towards one peer a send waits.
+// Credits (below) keep a sender from posting more than kCreditWindow of
+// messages its receiver has not taken, which the provider would hold.  A
 // borrowed body is sent from the caller's memory until flush_link.
 // unborrow() closes the endpoint, which ends every transfer still reading
 // the caller's memory (the group is unusable by then).
@@ -37,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <array>
 #include <atomic>
 #include <deque>
 #include <map>
@@ -54,6 +57,9 @@ namespace accrun::collectives::store {
 class FabricTransport final : public HostLinks {
  public:
   static constexpr std::size_t kInline = 8 * 1024;  // data carried in the header
+  static constexpr std::size_t kCreditWindow = 4u << 20;
+  static constexpr std::size_t kMessageCharge = 16 * 1024;
+  static constexpr Tag kAckTag = static_cast<Tag>(2);  // credit reports (beside kP2p, kCollective)
 
   static Result<std::unique_ptr<FabricTransport>> create(const GroupContext& ctx, std::vector<bool> needs,
                                                          std::size_t pair_buffer_max);
@@ -84,6 +90,8 @@ class FabricTransport final : public HostLinks {
     bool posted = false;      // a send waits in unposted_ until the provider takes it
     bool posted_recv = false; // a receive the provider holds
     std::uint64_t tag = 0;    // a send's, for posting later
+    std::size_t charge = 0;   // a message's header: what it costs its receiver until taken (credits)
+    bool is_ack = false;      // a receive of the peer's credits
     const void* buf = nullptr;
     std::size_t len = 0;
     int error = 0;            // a libfabric error (positive), once done
@@ -108,6 +116,16 @@ class FabricTransport final : public HostLinks {
   Status receive_body(int peer, Tag tag, char* dest, std::size_t len, const Wait& w);
   void progress();
   void post_unposted();
+  // Posts the receive of peer's credit reports and requests (once per
+  // peer, again after each).
+  void post_ack_recv(int peer);
+  // Sends peer a credit report (kind 0: what we took of tag) or request
+  // (kind 1: we wait to send on tag); never waits.
+  void post_credit(int peer, std::uint32_t kind, std::uint32_t tag, std::uint64_t value);
+  // Reports what we took of tag from peer, if the report is due.
+  void maybe_report(int peer, std::uint32_t tag);
+  // Charged for a message of `total` bytes (its provider's buffer besides its bytes).
+  static std::size_t charge_of(std::uint64_t total) { return static_cast<std::size_t>(total) + kMessageCharge; }
   template <class Ready>
   Status wait_for(Ready ready, int peer, const Wait& w, const char* what);
   std::uint64_t tag_of(int sender, Tag tag, bool body) const;
@@ -139,6 +157,26 @@ class FabricTransport final : public HostLinks {
 
   std::vector<fi_addr_t> addr_;            // FI_ADDR_UNSPEC until looked up
   std::vector<std::size_t> outstanding_;   // copied bytes in flight, per peer
+  // Credits, per peer and tag (kP2p, kCollective).  A provider holds the
+  // messages that arrive before their receive is posted, without bound; so
+  // a message goes out only while what this member sent the peer on that
+  // tag and the peer has not taken stays within kCreditWindow (or nothing
+  // is outstanding); later ones wait, copied, in unposted_ (and count
+  // against pair_buffer_max as ever), behind it on that tag only.  The
+  // receiver reports what it has taken (the sum of charges) on the ack tag
+  // every quarter window, and at once when the sender, held back, asks.
+  struct Credit {
+    std::uint64_t charged = 0;  // sender: charges of the messages posted
+    std::uint64_t acked = 0;    // sender: of those, what the peer reported taken
+    bool asked = false;         // sender: asked for a report since the last one
+    std::uint64_t taken = 0;    // receiver: charges of the messages taken
+    std::uint64_t told = 0;     // receiver: what it last reported
+    bool wanted = false;        // receiver: the sender asked and was not told since
+  };
+  std::vector<std::array<Credit, 2>> credit_;
+  std::vector<Op*> ack_recv_;              // the posted receive of the peer's reports and requests
+  std::vector<std::pair<int, std::uint32_t>> requests_;  // (peer, tag) that asked: answered by progress()
+  std::size_t next_charge_ = 0;            // for the next post_send (a message's header)
   std::vector<std::string> lost_;          // why a peer's link is gone
   std::list<Op> ops_;                      // posted, not yet reaped
   std::list<Op*> unposted_;                // sends the provider had no room for yet, in order
