@@ -432,7 +432,7 @@ Status FabricTransport::address_of(int peer, const Wait& w, fi_addr_t* out) {
 }
 
 Status FabricTransport::post_send(int peer, std::uint64_t tag, const void* data, std::size_t len, std::string own,
-                                  bool borrowed, const Wait& w) {
+                                  bool borrowed, const Wait& w, std::size_t charge) {
   auto& out = outstanding_[static_cast<std::size_t>(peer)];
   // A credit report never waits: the peer may be waiting for it.
   const bool report = ((tag & 0xff) >> 1) == kAckTag;
@@ -447,7 +447,7 @@ Status FabricTransport::post_send(int peer, std::uint64_t tag, const void* data,
   op.borrowed = borrowed;
   op.own = std::move(own);
   op.tag = tag;
-  op.charge = std::exchange(next_charge_, 0);
+  op.charge = charge;
   op.buf = borrowed ? data : op.own.data();
   op.len = borrowed ? len : op.own.size();
   if (!borrowed) out += op.own.size();
@@ -568,7 +568,7 @@ Status FabricTransport::send2(int peer, Tag tag, const void* head, std::size_t h
   if (closed_) return remote_error("group '" + group_ + "': " + w.op + ": the libfabric endpoint is closed (the group failed)");
   const std::uint64_t total = head_len + len;
   // The header's post carries the message's charge (the body's none).
-  auto charged = [&] { next_charge_ = charge_of(total); };
+  const std::size_t charge = charge_of(total);
   std::string h(kHeaderFixed, '\0');
   put64(h.data(), total);
   if (total <= kInline) {
@@ -576,22 +576,19 @@ Status FabricTransport::send2(int peer, Tag tag, const void* head, std::size_t h
     put32(h.data() + 12, 1);
     h.append(static_cast<const char*>(head), head_len);
     h.append(static_cast<const char*>(data), len);
-    charged();
-    return post_send(peer, tag_of(rank_, tag, false), nullptr, 0, std::move(h), false, w);
+    return post_send(peer, tag_of(rank_, tag, false), nullptr, 0, std::move(h), false, w, charge);
   }
   if (head_len <= kMaxHead) {
     put32(h.data() + 8, static_cast<std::uint32_t>(head_len));
     h.append(static_cast<const char*>(head), head_len);
-    charged();
-    ACCRUN_RETURN_IF_ERROR(post_send(peer, tag_of(rank_, tag, false), nullptr, 0, std::move(h), false, w));
+    ACCRUN_RETURN_IF_ERROR(post_send(peer, tag_of(rank_, tag, false), nullptr, 0, std::move(h), false, w, charge));
     return borrow ? post_send(peer, tag_of(rank_, tag, true), data, len, std::string(), true, w)
                   : post_send(peer, tag_of(rank_, tag, true), nullptr, 0,
                               std::string(static_cast<const char*>(data), len), false, w);
   }
   // A long head travels with the data (head length 0: the receiver takes
   // the message whole).
-  charged();
-  ACCRUN_RETURN_IF_ERROR(post_send(peer, tag_of(rank_, tag, false), nullptr, 0, std::move(h), false, w));
+  ACCRUN_RETURN_IF_ERROR(post_send(peer, tag_of(rank_, tag, false), nullptr, 0, std::move(h), false, w, charge));
   std::string body(static_cast<const char*>(head), head_len);
   body.append(static_cast<const char*>(data), len);
   return post_send(peer, tag_of(rank_, tag, true), nullptr, 0, std::move(body), false, w);

@@ -109,8 +109,9 @@ class FabricTransport final : public HostLinks {
   FabricTransport(const GroupContext& ctx, std::vector<bool> needs, std::size_t pair_buffer_max);
   Status open(const GroupContext& ctx);
   Status address_of(int peer, const Wait& w, fi_addr_t* out);
+  // charge: a message header's credits (0 for bodies and credit messages).
   Status post_send(int peer, std::uint64_t tag, const void* data, std::size_t len, std::string own, bool borrowed,
-                   const Wait& w);
+                   const Wait& w, std::size_t charge = 0);
   Status post_recv(int peer, std::uint64_t tag, void* data, std::size_t len, Op* op, const Wait& w);
   Status next_header(int peer, Tag tag, Header* out, const Wait& w);
   Status receive_body(int peer, Tag tag, char* dest, std::size_t len, const Wait& w);
@@ -176,7 +177,6 @@ class FabricTransport final : public HostLinks {
   std::vector<std::array<Credit, 2>> credit_;
   std::vector<Op*> ack_recv_;              // the posted receive of the peer's reports and requests
   std::vector<std::pair<int, std::uint32_t>> requests_;  // (peer, tag) that asked: answered by progress()
-  std::size_t next_charge_ = 0;            // for the next post_send (a message's header)
   std::vector<std::string> lost_;          // why a peer's link is gone
   std::list<Op> ops_;                      // posted, not yet reaped
   std::list<Op*> unposted_;                // sends the provider had no room for yet, in order
