@@ -6,10 +6,10 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <utility>
 #include <cstring>
 #include <thread>
 #include <type_traits>
+#include <utility>
 
 #include "accrun/log.hpp"
 #include "store/wait.hpp"
@@ -435,7 +435,7 @@ Status FabricTransport::post_send(int peer, std::uint64_t tag, const void* data,
                                   bool borrowed, const Wait& w, std::size_t charge) {
   auto& out = outstanding_[static_cast<std::size_t>(peer)];
   // A credit report never waits: the peer may be waiting for it.
-  const bool report = ((tag & 0xff) >> 1) == kAckTag;
+  const bool report = kind_of(tag) == kAckTag;
   if (!borrowed && !report && out > 0 && out + own.size() > pair_buffer_max_)
     ACCRUN_RETURN_IF_ERROR(wait_for([&] { return out == 0 || out + own.size() <= pair_buffer_max_; }, peer, w,
                                     "room to buffer a send"));
@@ -459,7 +459,7 @@ Status FabricTransport::post_send(int peer, std::uint64_t tag, const void* data,
   post_unposted();
   // A collective's broken link is reported by its next receive, which may
   // first find why the peer gave up (its last message before it left).
-  const bool collective = ((tag & 0xff) >> 1) == kCollective;
+  const bool collective = kind_of(tag) == kCollective;
   if (!collective && !lost_[static_cast<std::size_t>(peer)].empty())
     return remote_error("group '" + group_ + "': " + w.op + ": " + describe(peer) + ": " +
                         lost_[static_cast<std::size_t>(peer)]);
@@ -511,7 +511,7 @@ void FabricTransport::post_unposted() {
   for (auto it = unposted_.begin(); it != unposted_.end() && !closed_;) {
     Op* op = *it;
     const auto q = static_cast<std::size_t>(op->peer);
-    const std::uint32_t t = static_cast<std::uint32_t>((op->tag & 0xff) >> 1);
+    const std::uint32_t t = kind_of(op->tag);
     const char tag_bit = t < 2 ? static_cast<char>(2 << t) : 0;
     if (q < blocked.size() && (blocked[q] & (1 | tag_bit)) != 0) {
       ++it;

@@ -38,9 +38,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <list>
 #include <array>
 #include <atomic>
+#include <list>
 #include <deque>
 #include <map>
 #include <memory>
@@ -130,6 +130,8 @@ class FabricTransport final : public HostLinks {
   template <class Ready>
   Status wait_for(Ready ready, int peer, const Wait& w, const char* what);
   std::uint64_t tag_of(int sender, Tag tag, bool body) const;
+  // The Tag a libfabric tag of tag_of() carries.
+  static std::uint32_t kind_of(std::uint64_t tag) { return static_cast<std::uint32_t>((tag & 0xff) >> 1); }
   std::string error_text(int err) const;
   void close_all();
   bool broken() const;
