@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "accrun/config.h"
+#include "store/store_backend.hpp"
 #include "store_harness.hpp"
 
 namespace accrun::collectives::testing {
@@ -236,6 +237,68 @@ TEST(StoreLarge, FourMiBAndMore) {
       for (int q = 0; q < p; ++q) ASSERT_EQ(all[q * part.size() + 77], q);
     });
   }
+}
+
+// Large allreduces across hosts whose members all read each other's memory
+// run in lanes (hier_group.hpp): each member reduces a slice of its host's
+// vectors, with the same slice of the other hosts.  Every dtype and op, in
+// place and not, at counts just over the lanes' threshold that split
+// unevenly, with 2 and 3 lanes, between 2 hosts (ring) and 4 (recursive
+// halving and doubling).
+TEST(StoreLanes, AllreduceEveryDtypeOpInPlaceAndNot) {
+  for (auto [p, hosts] : {std::pair<int, const char*>{4, "aabb"}, {6, "aaabbb"}, {8, "aabbccdd"}}) {
+    World w;
+    w.run(on_hosts(spec("lanes", p), hosts), [&](int r, Backend& b) {
+      for (DType dt : kAllDTypes)
+        for (Op op : kAllOps)
+          for (bool in_place : {false, true}) {
+            const std::size_t count = (64u << 10) / dtype_size(dt) + 37;
+            auto in = make_buffer(dt, count, [&](std::size_t i) { return input_value(op, dt, r, i); });
+            auto want = make_buffer(dt, count, [&](std::size_t i) { return expected_value(op, dt, p, i); });
+            std::vector<char> out(in.size());
+            Status s = in_place ? b.allreduce(in.data(), in.data(), count, dt, op, nullptr)
+                                : b.allreduce(in.data(), out.data(), count, dt, op, nullptr);
+            ASSERT_TRUE(s.is_ok()) << hosts << " rank " << r << ": " << s.message();
+            const auto& got = in_place ? in : out;
+            ASSERT_EQ(0, std::memcmp(got.data(), want.data(), count * dtype_size(dt)))
+                << hosts << " rank " << r << ": " << what("allreduce", dt, op, count, in_place);
+          }
+    });
+  }
+}
+
+// Whether a group runs in lanes is agreed between the hosts: where one
+// host's members cannot read each other's memory, every host's leader
+// reduces alone.  (A host deciding by itself would send its leader's whole
+// vector where the other host's leader expects a slice.)
+TEST(StoreLanes, AHostWithoutCrossMemoryAttachMakesEveryHostReduceThroughItsLeader) {
+  World w;
+  MemRendezvous rv;
+  const GroupSpec g = on_hosts(spec("nolanes", 4, 20'000), "aabb");
+  const std::size_t count = (1u << 20) / 4 + 5;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      store::Tuning t;
+      t.cma = r < 2;  // host a reads across processes, host b does not
+      auto b = store::make_store_backend_tuned(w.context(g, r, &rv), t);
+      ASSERT_TRUE(b.is_ok()) << b.status().message();
+      for (int k = 0; k < 3; ++k) {
+        auto in = make_buffer(DType::kFloat32, count, [&](std::size_t i) { return input_value(Op::kSum, DType::kFloat32, r + k, i); });
+        std::vector<char> out(in.size());
+        Status s = (*b)->allreduce(in.data(), out.data(), count, DType::kFloat32, Op::kSum, nullptr);
+        ASSERT_TRUE(s.is_ok()) << "rank " << r << ": " << s.message();
+        for (std::size_t i : {std::size_t{0}, count / 2, count - 1}) {
+          double want = 0;
+          for (int q = 0; q < 4; ++q) want += input_value(Op::kSum, DType::kFloat32, q + k, i);
+          float got;
+          std::memcpy(&got, out.data() + i * 4, 4);
+          ASSERT_EQ(static_cast<float>(want), got) << "rank " << r << " element " << i;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
 }
 
 TEST(StoreGroups, ManyConcurrentGroupsAndThreads) {

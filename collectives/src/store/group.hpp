@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -64,6 +65,21 @@ class StoreGroup final : public Backend {
   // through the segment, so their waits end with it (a host's leader whose
   // part between hosts failed, hier_group.cpp).
   void give_up(const Status& why) { (void)guard(why); }
+
+  // Whether every member can read every other's memory (cross-memory
+  // attach), which allreduce_around needs.
+  bool cma() const { return shm_->cma(); }
+  // An allreduce with a step of the caller's between its halves, for a
+  // group whose members also reduce across hosts (hier_group.cpp): member r
+  // reduces its slice of every member's `send` into `recv`, then calls
+  // between(recv + first element of the slice, its elements), which may
+  // reduce that slice further in place (with the same slice of the other
+  // hosts), then every member reads the others' slices from their owners.
+  // The slices depend only on count, dtype and the group's size.  Needs
+  // cma(); a failure of `between` is returned as it is (the caller gives
+  // up on the group).
+  using Between = std::function<Status(char* slice, std::size_t count)>;
+  Status allreduce_around(const void* send, void* recv, std::size_t count, DType dt, Op op, const Between& between);
 
  private:
   enum class Coll : std::uint8_t { kAllreduce = 1, kReduce, kBroadcast, kAllgather, kReducescatter };
@@ -112,7 +128,8 @@ class StoreGroup final : public Backend {
   Status wait_box(int q, int h, std::uint64_t v);
   Status wait_bc_done(int which, std::uint64_t v);  // every rank finished broadcast chunk v - 1
   Status reduce_to(const char* in, char* out, std::size_t count, DType dt, Op op, int root);  // root < 0: all
-  Status allreduce_cma(const char* in, char* out, std::size_t count, DType dt, Op op);
+  Status allreduce_cma(const char* in, char* out, std::size_t count, DType dt, Op op,
+                       const Between* between = nullptr);
 
   struct PendingRecv {
     void* buf;

@@ -10,7 +10,7 @@
 namespace accrun::collectives::store {
 namespace {
 
-enum Coll : std::uint32_t { kAllreduce = 1, kReduce, kBroadcast, kAllgather, kReducescatter, kBarrier, kAbort = 0xab };
+enum Coll : std::uint32_t { kAllreduce = 1, kReduce, kBroadcast, kAllgather, kReducescatter, kBarrier, kSetup, kAbort = 0xab };
 
 const char* coll_name(std::uint32_t c) {
   switch (c) {
@@ -20,6 +20,7 @@ const char* coll_name(std::uint32_t c) {
     case kAllgather: return "allgather";
     case kReducescatter: return "reducescatter";
     case kBarrier: return "barrier";
+    case kSetup: return "group creation";
   }
   return "an unknown call";
 }
@@ -101,9 +102,36 @@ Status HierGroup::setup(const GroupContext& ctx, int setup_timeout_ms) {
     if (setup_timeout_ms >= 0) w.deadline = Clock::now() + std::chrono::milliseconds(setup_timeout_ms);
     ACCRUN_RETURN_IF_ERROR(links_->pair_up(others, w));
   }
+  ACCRUN_RETURN_IF_ERROR(agree_on_lanes(setup_timeout_ms));
   log(LogLevel::kDebug, "group %s: store backend ready (%d ranks on %zu hosts, shm inside a host, %s between; %s)",
       name_.c_str(), size_, hosts_.size(), links_->name(),
       leader() ? "this rank leads its host" : "led by its host's lowest rank");
+  return Status::ok();
+}
+
+// Lanes (hier_group.hpp) need every host to hold the same number of
+// members, two or more, which every member knows, and every host's members
+// to read each other's memory, which only they know: the leaders exchange
+// that, then tell their hosts.
+Status HierGroup::agree_on_lanes(int setup_timeout_ms) {
+  const std::size_t per_host = hosts_.front().size();
+  for (const auto& h : hosts_)
+    if (h.size() != per_host || per_host < 2) return Status::ok();
+  std::uint8_t all = local_->cma() ? 1 : 0;
+  if (leader()) {
+    sig_ = Sig{kSetup, 0, 0, -1, 0};
+    const int keep = timeout_ms_;
+    timeout_ms_ = setup_timeout_ms;
+    std::vector<std::string> parts;
+    const char mine = static_cast<char>(all);
+    Status s = leaders_exchange(&mine, 1, &parts);
+    timeout_ms_ = keep;
+    ACCRUN_RETURN_IF_ERROR(s);
+    for (std::size_t h = 0; h < hosts_.size(); ++h)
+      if (static_cast<int>(h) != my_host_) all = all && parts[h].size() == sizeof(Sig) + 1 && parts[h].back() == 1;
+  }
+  ACCRUN_RETURN_IF_ERROR(local_->broadcast(&all, 1, DType::kUInt8, 0, nullptr));
+  if (all == 1) lanes_ = static_cast<int>(per_host);
   return Status::ok();
 }
 
@@ -147,16 +175,16 @@ Status HierGroup::fail(Status s) {
   if (broken_.is_ok()) {
     broken_ = Status(s.code(), s.message() + " (the group is unusable now; destroy it)");
     local_->give_up(s);  // this host's members
-    if (leader() && !told_) {
-      // The other hosts' leaders, so none waits for this one; they tell
-      // their hosts in turn.
+    if ((leader() || lanes_ > 1) && !told_) {
+      // The other hosts' members of this member's lane (the leaders, for a
+      // leader), so none waits for this one; they tell their hosts in turn.
       const Sig abort{kAbort, 0, 0, 0, 0};
       Wait w;
       w.op = op_;
       w.deadline = Clock::now() + std::chrono::seconds(1);
       for (std::size_t h = 0; h < hosts_.size(); ++h) {
         if (static_cast<int>(h) == my_host_) continue;
-        (void)links_->send2(hosts_[h].front(), HostLinks::kCollective, &abort, sizeof abort, s.message().data(),
+        (void)links_->send2(hosts_[h][static_cast<std::size_t>(local_rank_)], HostLinks::kCollective, &abort, sizeof abort, s.message().data(),
                           s.message().size(), w);
       }
     }
@@ -170,24 +198,31 @@ Status HierGroup::fail(Status s) {
 
 void HierGroup::say_algorithm(const char* algorithm, std::size_t bytes) {
   // Once per change of a collective's algorithm, not per call.
-  const char*& last = said_[std::min<std::uint32_t>(sig_.coll, kSaid - 1)];
-  if (last == algorithm) return;
-  last = algorithm;
-  log(LogLevel::kDebug, "group %s: %s of %zu bytes between %zu hosts: %s", name_.c_str(), coll_name(sig_.coll), bytes,
-      hosts_.size(), algorithm);
+  const std::uint32_t c = std::min<std::uint32_t>(sig_.coll, kSaid - 1);
+  const bool in_lanes = in_lanes_;
+  if (said_[c] == algorithm && said_lanes_[c] == in_lanes) return;
+  said_[c] = algorithm;
+  said_lanes_[c] = in_lanes;
+  if (in_lanes) {
+    log(LogLevel::kDebug, "group %s: %s between %zu hosts in %d lanes: this member's slice of %zu bytes: %s",
+        name_.c_str(), coll_name(sig_.coll), hosts_.size(), lanes_, bytes, algorithm);
+  } else {
+    log(LogLevel::kDebug, "group %s: %s of %zu bytes between %zu hosts: %s", name_.c_str(), coll_name(sig_.coll),
+        bytes, hosts_.size(), algorithm);
+  }
 }
 
 Status HierGroup::lsend(int host, const void* data, std::size_t len, const Wait& w, bool borrow) {
-  return links_->send2(hosts_[static_cast<std::size_t>(host)].front(), HostLinks::kCollective, &sig_, sizeof sig_,
+  return links_->send2(lane_peer(host), HostLinks::kCollective, &sig_, sizeof sig_,
                      data, len, w, borrow);
 }
 
 Status HierGroup::lflush(int host, const Wait& w) {
-  return links_->flush_link(hosts_[static_cast<std::size_t>(host)].front(), w);
+  return links_->flush_link(lane_peer(host), w);
 }
 
 Status HierGroup::lrecv(int host, void* data, std::size_t len, const Wait& w) {
-  const int from = hosts_[static_cast<std::size_t>(host)].front();
+  const int from = lane_peer(host);
   std::string head;
   bool placed = false;
   // The data goes straight into `data` as it arrives; the signature to head.
@@ -205,7 +240,7 @@ Status HierGroup::lrecv(int host, void* data, std::size_t len, const Wait& w) {
 // The next leader message from a host, its signature checked (and left in
 // front: the data starts sizeof(Sig) bytes in, so nothing is moved).
 Status HierGroup::lrecv_any(int host, std::string* out, const Wait& w) {
-  const int from = hosts_[static_cast<std::size_t>(host)].front();
+  const int from = lane_peer(host);
   ACCRUN_RETURN_IF_ERROR(links_->recv_message(from, HostLinks::kCollective, out, w));
   return check_sig(from, *out);
 }
@@ -370,6 +405,17 @@ Status HierGroup::allreduce(const void* send, void* recv, std::size_t count, DTy
   ACCRUN_RETURN_IF_ERROR(enter("allreduce", stream, true));
   if (count > 0 && (send == nullptr || recv == nullptr)) return invalid_argument("group '" + name_ + "': allreduce: a NULL buffer");
   sig_ = Sig{kAllreduce, static_cast<std::uint32_t>(dt), static_cast<std::uint32_t>(op), -1, count};
+  if (lanes_ > 1 && count * dtype_size(dt) >= kLanesMinBytes) {
+    return run(local_->allreduce_around(send, recv, count, dt, op, [&](char* slice, std::size_t n) {
+      if (n == 0) return Status::ok();  // as on every host: the slices are the same
+      lane_ = local_rank_;
+      in_lanes_ = true;
+      Status s = leaders_allreduce(slice, n, dt, op);
+      lane_ = 0;
+      in_lanes_ = false;
+      return s;
+    }));
+  }
   ACCRUN_RETURN_IF_ERROR(local_->reduce(send, recv, count, dt, op, 0, nullptr));
   if (leader()) ACCRUN_RETURN_IF_ERROR(run(leaders_allreduce(static_cast<char*>(recv), count, dt, op)));
   return run(local_->broadcast(recv, count, dt, 0, nullptr));

@@ -9,7 +9,16 @@
 //                  leader's vector and reduce in host order (while each
 //                  leader sends at most kSmallBytes), or reduce-scatter + allgather: recursive
 //                  halving and doubling for a power of two hosts (more than
-//                  2), else a ring; local broadcast
+//                  2), else a ring; local broadcast.
+//                  In lanes, from kLanesMinBytes, where every host has the
+//                  same number of members and all of them can read each
+//                  other's memory (agreed at set-up): each member reduces
+//                  its slice of the host's vectors, the members with the same
+//                  local index on every host (a lane) reduce that slice
+//                  between the hosts as the leaders would the whole, and
+//                  then each member reads the others' slices.  Every member
+//                  of the host moves and reduces its share, in parallel,
+//                  instead of the leader alone.
 //   reduce         as allreduce between the leaders, then the root's
 //                  leader hands the result to the root
 //   broadcast      the root hands the data to its leader; its leader sends
@@ -42,6 +51,10 @@ class HierGroup final : public Backend {
  public:
   static constexpr std::size_t kSmallBytes = 64 * 1024;
   static constexpr std::size_t kChainChunk = 256 * 1024;
+  // From this size up, an allreduce between hosts whose members all read
+  // each other's memory, each host with the same number of members, runs in
+  // lanes (see the top of the file).
+  static constexpr std::size_t kLanesMinBytes = 64 * 1024;
 
   HierGroup(const GroupContext& ctx, const Tuning& t);
   ~HierGroup() override;
@@ -84,10 +97,15 @@ class HierGroup final : public Backend {
   Status fail(Status s);
   Status run(Status s) { return s.is_ok() ? s : fail(std::move(s)); }
 
-  // Between leaders (host indices), tag kCollective, each message led by
-  // the call's signature.
+  // Between the members of one lane (lane_: the local index; the leaders'
+  // lane is 0) on the hosts (host indices), tag kCollective, each message
+  // led by the call's signature.
   // borrow: sent from `data` itself, which must not change before
   // lflush(host) (see HostLinks::send2).
+  int lane_peer(int host) const {
+    return hosts_[static_cast<std::size_t>(host)][static_cast<std::size_t>(lane_)];
+  }
+  Status agree_on_lanes(int setup_timeout_ms);
   Status lsend(int host, const void* data, std::size_t len, const Wait& w, bool borrow = false);
   Status lflush(int host, const Wait& w);
   Status lrecv(int host, void* data, std::size_t len, const Wait& w);
@@ -109,6 +127,9 @@ class HierGroup final : public Backend {
   std::vector<std::vector<int>> hosts_;     // host index -> its group ranks, ascending
   int my_host_ = 0;
   int local_rank_ = 0;
+  int lanes_ = 1;  // members per host when allreduce may run in lanes, else 1
+  int lane_ = 0;   // the lane the messages between hosts are on now
+  bool in_lanes_ = false;  // inside an allreduce's step between hosts in lanes
   std::unique_ptr<Rendezvous> local_rv_;    // the host group's keys, under the host's prefix
   std::unique_ptr<StoreGroup> local_;
   std::unique_ptr<HostLinks> links_;      // to the other hosts: tcp or libfabric
@@ -121,6 +142,7 @@ class HierGroup final : public Backend {
   std::vector<char> acc_;  // scratch of the collectives, kept between calls
   static constexpr std::uint32_t kSaid = 8;
   const char* said_[kSaid] = {};  // per collective, the algorithm last logged
+  bool said_lanes_[kSaid] = {};   // and whether it ran in lanes
 };
 
 }  // namespace accrun::collectives::store

@@ -92,12 +92,31 @@ Status StoreGroup::reduce_to(const char* in, char* out, std::size_t count, DType
   return Status::ok();
 }
 
+Status StoreGroup::allreduce_around(const void* send, void* recv, std::size_t count, DType dt, Op op,
+                                    const Between& between) {
+  ACCRUN_RETURN_IF_ERROR(enter("allreduce", nullptr));
+  const std::size_t ds = dtype_size(dt);
+  ACCRUN_RETURN_IF_ERROR(check_buffers(send, recv, count, ds));
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  if (count == 0) return Status::ok();
+  if (size_ == 1) {
+    if (in != out) std::memcpy(out, in, count * ds);
+    return between(out, count);
+  }
+  if (!shm_->cma()) return invalid_usage(where() + ": allreduce_around needs cross-memory attach");
+  sign(Coll::kAllreduce, count, dt, op, -1);
+  return allreduce_cma(in, out, count, dt, op, &between);
+}
+
 // Allreduce by cross-memory attach: three synchronisations whatever the
 // size.  Rank r reduces slice r from every rank's send buffer (its own
 // first, the others in rank order) into its recv buffer, then every rank
 // reads the other slices from their owners' recv buffers; the last step
-// keeps every buffer alive until all reads are done.
-Status StoreGroup::allreduce_cma(const char* in, char* out, std::size_t count, DType dt, Op op) {
+// keeps every buffer alive until all reads are done.  `between`, when
+// given, runs on this rank's reduced slice before the others read it.
+Status StoreGroup::allreduce_cma(const char* in, char* out, std::size_t count, DType dt, Op op,
+                                 const Between* between) {
   const std::size_t ds = dtype_size(dt);
   const int h = begin_round();
   if (!ok_) return broken_;
@@ -129,6 +148,10 @@ Status StoreGroup::allreduce_cma(const char* in, char* out, std::size_t count, D
         reduce_into(dt, op, out + off * ds, tmp, n);
       }
     }
+  }
+  if (between != nullptr) {
+    // A failure here is the caller's to report (it gives up on the group).
+    if (Status s = (*between)(out + lo * ds, hi - lo); !s) return s;
   }
   const std::uint64_t a = publish();
   ACCRUN_RETURN_IF_ERROR(guard(wait_all(a)));

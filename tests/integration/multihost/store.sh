@@ -2,7 +2,7 @@
 # The store backend across the test bed's hosts (accrun(7) "The store
 # backend"): the exact-result suite through the C API on 2 hosts x 2 ranks
 # and 4 hosts x 1 (shared memory inside a host, TCP or libfabric's tcp
-# provider between hosts), AUTO on
+# provider between hosts; large allreduces in lanes on 2 x 2), AUTO on
 # host buffers across hosts, and a member that dies on another host during
 # an allreduce: every survivor fails with ACCRUN_ERR_REMOTE naming it
 # within 5 s; the links' TCP congestion control; objects put on one host and read on another; nothing is
@@ -33,6 +33,10 @@ for transport in $transports; do
       bad "the exact suite over a store group on $layout, $transport (exit $rc)" "$(grep -v '^accrun: ' <<<"$out" | tail -20; grep 'store backend ready' <<<"$out" | head -4)"
     fi
     check "$layout: a hierarchical group ($transport between hosts)" "store backend ready \(4 ranks on [24] hosts, shm inside a host, $between between" "$out"
+    # Two ranks on each host, which read each other's memory: the large
+    # allreduces run in lanes, each rank with its slice between the hosts.
+    [ "$layout" = h1:2,h2:2 ] &&
+      check "$layout: large allreduces in 2 lanes ($transport)" "allreduce between 2 hosts in 2 lanes: this member's slice" "$out"
   done
 done
 
