@@ -3,8 +3,8 @@
 # hosts against Open MPI's own collectives over its tcp BTL (raw-mpi) in the
 # same launch, and the store's large sends against one raw TCP stream
 # between the same two hosts.  Brings the test bed up if it is not (root).
-#   2 hosts x 1 rank (8 B .. 4 MiB) and 4 hosts x 2 ranks (8 B .. 256 KiB,
-#   fewer iterations, both libraries told the 8 ranks oversubscribe this
+#   2 hosts x 1 rank and 4 hosts x 2 ranks (8 B .. 4 MiB; 4 x 2 with fewer
+#   iterations, both libraries told the 8 ranks oversubscribe this
 #   machine's 2 CPUs): osu_allreduce,
 #   osu_bcast, osu_allgather --backend store,raw-mpi (each table ends with a
 #   ratio table, store / raw-mpi, per size)
@@ -38,7 +38,7 @@ pin=(sh -c 'exec taskset -c "$ACCRUN_RANK" "$@"' pin)
 # its broadcast off the path that waits for every reader of a host at once),
 # and Open MPI gets mpi_yield_when_idle=1.
 over=(--oversubscribe -x OMPI_MCA_mpi_yield_when_idle=1)
-for layout in "2 h1:1,h2:1 -i 1000 8:4194304" "8 h1:1,h2:1,h3:1,h4:1 -i 100 8:262144"; do
+for layout in "2 h1:1,h2:1 -i 1000 8:4194304" "8 h1:1,h2:1,h3:1,h4:1 -i 100 8:4194304"; do
   set -- $layout
   wrap=()
   extra=("${over[@]}")
@@ -62,7 +62,7 @@ fi
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 if "$py" -c "import torch" 2>/dev/null; then
-  for layout in "2 h1:1,h2:1 1000 8:4194304" "8 h1:1,h2:1,h3:1,h4:1 20 8:262144"; do
+  for layout in "2 h1:1,h2:1 1000 8:4194304" "8 h1:1,h2:1,h3:1,h4:1 20 8:4194304"; do
     set -- $layout
     wrap=()
     extra=(--oversubscribe)
