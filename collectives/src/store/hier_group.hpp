@@ -7,7 +7,8 @@
 // inside each host:
 //   allreduce      local reduce to the leader; leaders exchange every
 //                  leader's vector and reduce in host order (while each
-//                  leader sends at most kSmallBytes), or reduce-scatter + allgather: recursive
+//                  leader sends at most kSmallBytes; between a power of two
+//                  hosts above 2, recursive doubling instead), or reduce-scatter + allgather: recursive
 //                  halving and doubling for a power of two hosts (more than
 //                  2), else a ring; local broadcast.
 //                  In lanes, from kLanesMinBytes, where every host has the
@@ -24,10 +25,13 @@
 //   broadcast      the root hands the data to its leader; its leader sends
 //                  to every other leader (up to kSmallBytes) or down a
 //                  pipelined chain of leaders; local broadcast
-//   allgather      local allgather; leaders exchange host blocks; local
+//   allgather      local allgather; leaders exchange host blocks (by
+//                  recursive doubling between a power of two hosts above 2
+//                  while the whole is at most kSmallBytes / 4); local
 //                  broadcast of the whole
 //   reducescatter  allreduce of the whole, then each keeps its block
-//   barrier        local barrier, leaders exchange, local barrier
+//   barrier        local barrier, leaders exchange (recursive doubling
+//                  between a power of two hosts above 2), local barrier
 // Every leader message carries the call's signature, so leaders that
 // disagree on a collective's count, type, op or root fail naming both
 // sides.  A leader whose part between hosts fails gives up on its host's
@@ -106,6 +110,7 @@ class HierGroup final : public Backend {
     return hosts_[static_cast<std::size_t>(host)][static_cast<std::size_t>(lane_)];
   }
   Status agree_on_lanes(int setup_timeout_ms);
+  bool doubling(std::size_t bytes, std::size_t most) const;
   Status lsend(int host, const void* data, std::size_t len, const Wait& w, bool borrow = false);
   Status lflush(int host, const Wait& w);
   Status lrecv(int host, void* data, std::size_t len, const Wait& w);
