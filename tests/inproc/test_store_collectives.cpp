@@ -244,9 +244,9 @@ TEST(StoreLarge, FourMiBAndMore) {
 // vectors, with the same slice of the other hosts.  Every dtype and op, in
 // place and not, at counts just over the lanes' threshold that split
 // unevenly, with 2 and 3 lanes, between 2 hosts (ring) and 4 (recursive
-// halving and doubling).
+// halving and doubling), and with a host's ranks not consecutive.
 TEST(StoreLanes, AllreduceEveryDtypeOpInPlaceAndNot) {
-  for (auto [p, hosts] : {std::pair<int, const char*>{4, "aabb"}, {6, "aaabbb"}, {8, "aabbccdd"}}) {
+  for (auto [p, hosts] : {std::pair<int, const char*>{4, "aabb"}, {6, "aaabbb"}, {8, "aabbccdd"}, {4, "abab"}}) {
     World w;
     w.run(on_hosts(spec("lanes", p), hosts), [&](int r, Backend& b) {
       for (DType dt : kAllDTypes)
@@ -263,6 +263,31 @@ TEST(StoreLanes, AllreduceEveryDtypeOpInPlaceAndNot) {
             ASSERT_EQ(0, std::memcmp(got.data(), want.data(), count * dtype_size(dt)))
                 << hosts << " rank " << r << ": " << what("allreduce", dt, op, count, in_place);
           }
+    });
+  }
+}
+
+// Large allgathers in lanes: each member swaps its block with its lane on
+// the other hosts, then reads the other lanes' blocks from the members of
+// its host.  Every dtype, in place and not, ranks of a host consecutive or
+// not, 2 and 3 lanes, 2 and 4 hosts.
+TEST(StoreLanes, AllgatherEveryDtypeInPlaceAndNot) {
+  for (auto [p, hosts] : {std::pair<int, const char*>{4, "aabb"}, {6, "aaabbb"}, {6, "abcabc"}, {8, "abcdabcd"}, {4, "abba"}}) {
+    World w;
+    w.run(on_hosts(spec("lanes-ag", p), hosts), [&](int r, Backend& b) {
+      for (DType dt : kAllDTypes)
+        for (bool in_place : {false, true}) {
+          const std::size_t n = (96u << 10) / dtype_size(dt) / static_cast<std::size_t>(p) + 5;  // per rank
+          auto value = [](int q, std::size_t i) { return double((q * 31 + static_cast<long>(i)) % 100); };
+          auto want = make_buffer(dt, n * p, [&](std::size_t i) { return value(static_cast<int>(i / n), i % n); });
+          auto mine = make_buffer(dt, n, [&](std::size_t i) { return value(r, i); });
+          std::vector<char> out(want.size(), 0);
+          if (in_place) std::memcpy(out.data() + r * n * dtype_size(dt), mine.data(), n * dtype_size(dt));
+          Status s = b.allgather(in_place ? out.data() + r * n * dtype_size(dt) : mine.data(), out.data(), n, dt, nullptr);
+          ASSERT_TRUE(s.is_ok()) << hosts << " rank " << r << ": " << s.message();
+          ASSERT_EQ(0, std::memcmp(out.data(), want.data(), n * p * dtype_size(dt)))
+              << hosts << " rank " << r << ": allgather " << dtype_name(dt) << (in_place ? " in place" : "");
+        }
     });
   }
 }

@@ -1,6 +1,8 @@
-// Allgather and barrier over the shared-memory rounds.
+// Allgather, the ranges members share, and barrier over the shared-memory
+// rounds.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "store/group.hpp"
 
@@ -83,6 +85,34 @@ Status StoreGroup::allgather(const void* send, void* recv, std::size_t count_per
     }
     end_round();
   }
+  return Status::ok();
+}
+
+Status StoreGroup::share_ranges(char* buf, std::size_t count, DType dt, const Owned& owned) {
+  ACCRUN_RETURN_IF_ERROR(enter("allgather", nullptr));
+  if (size_ == 1) return Status::ok();
+  if (!shm_->cma()) return invalid_usage(where() + ": share_ranges needs cross-memory attach");
+  sign(Coll::kAllgather, count, dt, Op::kSum, -1);
+  const int h = begin_round();
+  if (!ok_) return broken_;
+  const std::uint64_t addr = reinterpret_cast<std::uint64_t>(buf);
+  std::memcpy(box(rank_, h), &addr, sizeof addr);
+  const std::uint64_t v = publish_box(h);
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  for (int i = 1; i < size_; ++i) {
+    const int q = (rank_ + i) % size_;
+    ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
+    ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
+    std::uint64_t qa;
+    std::memcpy(&qa, box(q, h), sizeof qa);
+    ranges.clear();
+    owned(q, &ranges);
+    for (const auto& [off, len] : ranges)
+      ACCRUN_RETURN_IF_ERROR(guard(shm_->cma_read(q, buf + off, qa + off, len, op_)));
+  }
+  const std::uint64_t c = publish();
+  ACCRUN_RETURN_IF_ERROR(guard(wait_all(c)));  // nobody reuses its buffer while others read it
+  end_round();
   return Status::ok();
 }
 

@@ -80,6 +80,13 @@ class StoreGroup final : public Backend {
   // up on the group).
   using Between = std::function<Status(char* slice, std::size_t count)>;
   Status allreduce_around(const void* send, void* recv, std::size_t count, DType dt, Op op, const Between& between);
+  // Every member's `buf` has the same layout, and member q holds the byte
+  // ranges owned(q, &ranges) lists (offset, length); afterwards every member
+  // holds all of them (a hierarchical allgather in lanes: each member has
+  // its lane's blocks from the other hosts).  One round by cross-memory
+  // attach; `count` and `dt` are the call's, for the signature.  Needs cma().
+  using Owned = std::function<void(int q, std::vector<std::pair<std::size_t, std::size_t>>* ranges)>;
+  Status share_ranges(char* buf, std::size_t count, DType dt, const Owned& owned);
 
  private:
   enum class Coll : std::uint8_t { kAllreduce = 1, kReduce, kBroadcast, kAllgather, kReducescatter };

@@ -204,7 +204,7 @@ void HierGroup::say_algorithm(const char* algorithm, std::size_t bytes) {
   said_[c] = algorithm;
   said_lanes_[c] = in_lanes;
   if (in_lanes) {
-    log(LogLevel::kDebug, "group %s: %s between %zu hosts in %d lanes: this member's slice of %zu bytes: %s",
+    log(LogLevel::kDebug, "group %s: %s between %zu hosts in %d lanes: this member's part, %zu bytes: %s",
         name_.c_str(), coll_name(sig_.coll), hosts_.size(), lanes_, bytes, algorithm);
   } else {
     log(LogLevel::kDebug, "group %s: %s of %zu bytes between %zu hosts: %s", name_.c_str(), coll_name(sig_.coll),
@@ -402,30 +402,19 @@ Status HierGroup::leaders_allreduce(char* buf, std::size_t count, DType dt, Op o
   return Status::ok();
 }
 
+// A small broadcast between the leaders: from the root's leader to every
+// other (a large one runs down a chain, in broadcast()).
 Status HierGroup::leaders_broadcast(char* buf, std::size_t bytes, int root_host) {
   const int hosts = static_cast<int>(hosts_.size());
   if (hosts == 1 || bytes == 0) return Status::ok();
   const Wait w = wait_spec();
-  if (bytes <= kSmallBytes) {
-    say_algorithm("from the root's leader to every leader", bytes);
-    if (my_host_ == root_host) {
-      for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(lsend((root_host + i) % hosts, buf, bytes, w, true));
-      for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(lflush((root_host + i) % hosts, w));
-      return Status::ok();
-    }
-    return lrecv(root_host, buf, bytes, w);
+  say_algorithm("from the root's leader to every leader", bytes);
+  if (my_host_ == root_host) {
+    for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(lsend((root_host + i) % hosts, buf, bytes, w, true));
+    for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(lflush((root_host + i) % hosts, w));
+    return Status::ok();
   }
-  // A chain from the root's host, in chunks, so every link carries the
-  // data once and the chunks pipeline.
-  say_algorithm("pipelined chain", bytes);
-  const int pos = (my_host_ - root_host + hosts) % hosts;
-  const int prev = (my_host_ - 1 + hosts) % hosts, next = (my_host_ + 1) % hosts;
-  for (std::size_t off = 0; off < bytes; off += kChainChunk) {
-    const std::size_t n = std::min(kChainChunk, bytes - off);
-    if (pos > 0) ACCRUN_RETURN_IF_ERROR(lrecv(prev, buf + off, n, w));
-    if (pos < hosts - 1) ACCRUN_RETURN_IF_ERROR(lsend(next, buf + off, n, w, true));
-  }
-  return pos < hosts - 1 ? lflush(next, w) : Status::ok();
+  return lrecv(root_host, buf, bytes, w);
 }
 
 // ------------------------------------------------------------ collectives
@@ -478,12 +467,36 @@ Status HierGroup::broadcast(void* buf, std::size_t count, DType dt, int root, vo
   if (count > 0 && buf == nullptr) return invalid_argument("group '" + name_ + "': broadcast: a NULL buffer");
   sig_ = Sig{kBroadcast, static_cast<std::uint32_t>(dt), 0, root, count};
   const int root_host = host_of_[static_cast<std::size_t>(root)];
+  const std::size_t ds = dtype_size(dt), bytes = count * ds;
+  const int hosts = static_cast<int>(hosts_.size());
+  if (bytes > kSmallBytes) {
+    // Down a chain of leaders from the root's host, in chunks; each host
+    // broadcasts a chunk inside as soon as its leader has it, so the
+    // broadcasts inside the hosts overlap the chain, and every link carries
+    // the data once.  On the root's host the root broadcasts each chunk,
+    // and its leader passes it on.
+    if (leader()) say_algorithm("pipelined chain", bytes);
+    const Wait w = wait_spec();
+    const int pos = (my_host_ - root_host + hosts) % hosts;
+    const int prev = (my_host_ - 1 + hosts) % hosts, next = (my_host_ + 1) % hosts;
+    const bool passes = leader() && pos < hosts - 1;
+    const int local_root = pos == 0 ? local_index(root) : 0;
+    char* b = static_cast<char*>(buf);
+    for (std::size_t off = 0; off < bytes; off += kChainChunk) {
+      const std::size_t n = std::min(kChainChunk, bytes - off);
+      if (pos > 0 && leader()) ACCRUN_RETURN_IF_ERROR(run(lrecv(prev, b + off, n, w)));
+      // (The next host first, when this leader has the chunk already.)
+      if (passes && local_root == 0) ACCRUN_RETURN_IF_ERROR(run(lsend(next, b + off, n, w, true)));
+      ACCRUN_RETURN_IF_ERROR(run(local_->broadcast(b + off, n / ds, dt, local_root, nullptr)));
+      if (passes && local_root != 0) ACCRUN_RETURN_IF_ERROR(run(lsend(next, b + off, n, w, true)));
+    }
+    return passes ? run(lflush(next, w)) : Status::ok();
+  }
   if (my_host_ == root_host && local_index(root) != 0) {
     if (rank_ == root) ACCRUN_RETURN_IF_ERROR(run(local_->send(buf, count, dt, 0, nullptr)));
     if (leader()) ACCRUN_RETURN_IF_ERROR(run(local_->recv(buf, count, dt, local_index(root), nullptr)));
   }
-  if (leader())
-    ACCRUN_RETURN_IF_ERROR(run(leaders_broadcast(static_cast<char*>(buf), count * dtype_size(dt), root_host)));
+  if (leader()) ACCRUN_RETURN_IF_ERROR(run(leaders_broadcast(static_cast<char*>(buf), bytes, root_host)));
   return run(local_->broadcast(buf, count, dt, 0, nullptr));
 }
 
@@ -496,6 +509,32 @@ Status HierGroup::allgather(const void* send, void* recv, std::size_t n, DType d
   char* out = static_cast<char*>(recv);
   // In place (send == recv): this member's part is already at its block.
   const char* part = send == recv ? out + static_cast<std::size_t>(rank_) * blk : static_cast<const char*>(send);
+  if (lanes_ > 1 && static_cast<std::size_t>(size_) * blk > kLanesMinBytes) {
+    // In lanes: each member swaps its own block with its lane's members on
+    // the other hosts, straight into `recv`, then the members of a host read
+    // each other's lanes' blocks.
+    const int hosts = static_cast<int>(hosts_.size());
+    const Wait w = wait_spec();
+    // Sent from its own block of `recv`, which nothing else writes.
+    char* own = out + static_cast<std::size_t>(rank_) * blk;
+    if (part != own) std::memmove(own, part, blk);
+    lane_ = local_rank_;
+    in_lanes_ = true;
+    say_algorithm("exchange", static_cast<std::size_t>(hosts) * blk);
+    Status s;
+    for (int i = 1; i < hosts && s.is_ok(); ++i) s = lsend((my_host_ + i) % hosts, own, blk, w, true);
+    for (int i = 1; i < hosts && s.is_ok(); ++i) {
+      const int h = (my_host_ - i + hosts) % hosts;
+      s = lrecv(h, out + static_cast<std::size_t>(lane_peer(h)) * blk, blk, w);
+    }
+    for (int i = 1; i < hosts && s.is_ok(); ++i) s = lflush((my_host_ + i) % hosts, w);
+    lane_ = 0;
+    in_lanes_ = false;
+    ACCRUN_RETURN_IF_ERROR(run(s));
+    return run(local_->share_ranges(out, n, dt, [&](int q, std::vector<std::pair<std::size_t, std::size_t>>* r) {
+      for (const auto& ranks : hosts_) r->emplace_back(static_cast<std::size_t>(ranks[static_cast<std::size_t>(q)]) * blk, blk);
+    }));
+  }
   // This host's block: the local allgather's result, or the part itself
   // when the member is alone on its host.
   const char* host_block = part;

@@ -22,13 +22,19 @@
 //                  instead of the leader alone.
 //   reduce         as allreduce between the leaders, then the root's
 //                  leader hands the result to the root
-//   broadcast      the root hands the data to its leader; its leader sends
-//                  to every other leader (up to kSmallBytes) or down a
-//                  pipelined chain of leaders; local broadcast
+//   broadcast      up to kSmallBytes: the root hands the data to its
+//                  leader, which sends it to every other leader; local
+//                  broadcast.  Above: down a chain of leaders from the root's
+//                  host in kChainChunk chunks, each host broadcasting a chunk
+//                  inside as soon as its leader has it (on the root's host,
+//                  the root broadcasts it and the leader passes it on)
 //   allgather      local allgather; leaders exchange host blocks (by
 //                  recursive doubling between a power of two hosts above 2
 //                  while the whole is at most kSmallBytes / 4); local
-//                  broadcast of the whole
+//                  broadcast of the whole.  In lanes (as allreduce) where the
+//                  whole exceeds kLanesMinBytes: each member swaps its block
+//                  with its lane on the other hosts, then the members of a
+//                  host read each other's lanes' blocks
 //   reducescatter  allreduce of the whole, then each keeps its block
 //   barrier        local barrier, leaders exchange (recursive doubling
 //                  between a power of two hosts above 2), local barrier

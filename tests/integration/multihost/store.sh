@@ -36,7 +36,7 @@ for transport in $transports; do
     # Two ranks on each host, which read each other's memory: the large
     # allreduces run in lanes, each rank with its slice between the hosts.
     [ "$layout" = h1:2,h2:2 ] &&
-      check "$layout: large allreduces in 2 lanes ($transport)" "allreduce between 2 hosts in 2 lanes: this member's slice" "$out"
+      check "$layout: large allreduces in 2 lanes ($transport)" "allreduce between 2 hosts in 2 lanes: this member's part" "$out"
   done
 done
 
