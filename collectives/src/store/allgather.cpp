@@ -44,10 +44,8 @@ Status StoreGroup::allgather(const void* send, void* recv, std::size_t count_per
     if (!overlaps) copy_mine();
     for (int i = 1; i < size_; ++i) {
       const int q = (rank_ + i) % size_;
-      ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
-      ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
       std::uint64_t qa;
-      std::memcpy(&qa, box(q, h), sizeof qa);
+      ACCRUN_RETURN_IF_ERROR(peer_address(q, h, v, &qa));
       ACCRUN_RETURN_IF_ERROR(guard(shm_->cma_read(q, out + q * m, qa, m, op_)));
     }
     const std::uint64_t c = publish();
@@ -88,6 +86,13 @@ Status StoreGroup::allgather(const void* send, void* recv, std::size_t count_per
   return Status::ok();
 }
 
+Status StoreGroup::peer_address(int q, int h, std::uint64_t v, std::uint64_t* addr) {
+  ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
+  ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
+  std::memcpy(addr, box(q, h), sizeof *addr);
+  return Status::ok();
+}
+
 Status StoreGroup::share_ranges(char* buf, std::size_t count, DType dt, const Owned& owned) {
   ACCRUN_RETURN_IF_ERROR(enter("allgather", nullptr));
   if (size_ == 1) return Status::ok();
@@ -101,10 +106,8 @@ Status StoreGroup::share_ranges(char* buf, std::size_t count, DType dt, const Ow
   std::vector<std::pair<std::size_t, std::size_t>> ranges;
   for (int i = 1; i < size_; ++i) {
     const int q = (rank_ + i) % size_;
-    ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
-    ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
     std::uint64_t qa;
-    std::memcpy(&qa, box(q, h), sizeof qa);
+    ACCRUN_RETURN_IF_ERROR(peer_address(q, h, v, &qa));
     ranges.clear();
     owned(q, &ranges);
     for (const auto& [off, len] : ranges)

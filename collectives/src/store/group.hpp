@@ -133,7 +133,10 @@ class StoreGroup final : public Backend {
   Status wait_all(std::uint64_t v);
   Status wait_one(int q, std::uint64_t v);
   Status wait_box(int q, int h, std::uint64_t v);
-  Status wait_bc_done(int which, std::uint64_t v);  // every rank finished broadcast chunk v - 1
+  Status wait_bc_done(int which, std::uint64_t v);
+  // The address rank q published in its box h (round value v), its
+  // signature checked: where a cross-memory-attach read finds q's buffer.
+  Status peer_address(int q, int h, std::uint64_t v, std::uint64_t* addr);  // every rank finished broadcast chunk v - 1
   Status reduce_to(const char* in, char* out, std::size_t count, DType dt, Op op, int root);  // root < 0: all
   Status allreduce_cma(const char* in, char* out, std::size_t count, DType dt, Op op,
                        const Between* between = nullptr);
