@@ -1,7 +1,8 @@
 // Broadcast over the shared-memory transport.
 //
 // Below bcast_cma_min (all, without CMA), apart from the single-copy window
-// [bcast_cma_mid_min, bcast_cma_mid_max) on a host with a CPU per rank,
+// [bcast_cma_mid_min, bcast_cma_mid_max) on a host with a CPU per rank
+// (or in a group of two),
 // chunks stream through one of two
 // group-wide rings: messages up to bcast_small_max use a deep ring of small
 // slots, larger ones go chunk by chunk through a ring of bcast_chunk slots.
@@ -29,7 +30,10 @@ Status StoreGroup::broadcast(void* buf, std::size_t count, DType dt, int root, v
   sign(Coll::kBroadcast, count, dt, Op::kSum, root);
   char* data = static_cast<char*>(buf);
   const std::size_t total = count * ds;
-  const bool mid = !shm_->waiter().oversubscribed && total >= tun_.bcast_cma_mid_min &&
+  // On an oversubscribed host the root would wait for every reader to get
+  // a CPU; with one reader that is no longer than the rings' copy through
+  // the segment takes.
+  const bool mid = (!shm_->waiter().oversubscribed || size_ == 2) && total >= tun_.bcast_cma_mid_min &&
                    total < tun_.bcast_cma_mid_max;
   if (shm_->cma() && (total >= tun_.bcast_cma_min || mid)) {
     // Single copy: every other rank reads the root's buffer directly; the
