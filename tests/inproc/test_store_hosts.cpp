@@ -286,6 +286,30 @@ TEST_P(StoreHosts, MembersThatDisagreeAcrossHostsFailNamingBoth) {
   });
 }
 
+// A large broadcast runs down the chain of leaders in chunks, each host
+// broadcasting a chunk inside as soon as its leader has it.  Members of one
+// host that disagree on the count still fail at the first chunk, naming
+// both counts, instead of one waiting for chunks that never come; the
+// others fail at their next call at the latest.
+TEST_P(StoreHosts, MembersOfAHostThatDisagreeOnALargeBroadcastFailNamingBoth) {
+  World w;
+  std::atomic<int> failed{0};
+  const auto start = Clock::now();
+  w.run(on_hosts(spec("disagree-big", 4, 8000), "aabb", GetParam()), [&](int r, Backend& b) {
+    const std::size_t count = r == 1 ? 393216 : 327680;  // 6 and 5 whole chunks of 256 KiB
+    std::vector<float> v(count, static_cast<float>(r));
+    Status s = b.broadcast(v.data(), count, DType::kFloat32, 0, nullptr);
+    if (r == 1) {
+      EXPECT_EQ(s.code(), Code::kInvalidUsage) << s.message();
+      EXPECT_NE(s.message().find("broadcast of 327680"), std::string::npos) << s.message();
+      EXPECT_NE(s.message().find("broadcast of 393216"), std::string::npos) << s.message();
+    }
+    if (!s.is_ok() || !b.barrier().is_ok()) ++failed;
+  });
+  EXPECT_EQ(failed.load(), 4) << "every member fails at the broadcast or the call after it";
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(6)) << "a failure, not the 8 s timeout";
+}
+
 TEST(StoreHostsTcp, AConnectionWithoutTheTokenIsRefusedAndTheGroupGoesOn) {
   World w;
   MemRendezvous rv;

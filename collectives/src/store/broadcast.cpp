@@ -23,11 +23,16 @@ namespace accrun::collectives::store {
 
 Status StoreGroup::broadcast(void* buf, std::size_t count, DType dt, int root, void* stream) {
   ACCRUN_RETURN_IF_ERROR(enter("broadcast", stream));
+  return broadcast_part(buf, count, dt, root, count);
+}
+
+Status StoreGroup::broadcast_part(void* buf, std::size_t count, DType dt, int root, std::size_t whole) {
+  ACCRUN_RETURN_IF_ERROR(enter("broadcast", nullptr));
   ACCRUN_RETURN_IF_ERROR(check_rank(root, "root"));
   const std::size_t ds = dtype_size(dt);
   ACCRUN_RETURN_IF_ERROR(check_buffers(buf, buf, count, ds));
   if (count == 0 || size_ == 1) return Status::ok();
-  sign(Coll::kBroadcast, count, dt, Op::kSum, root);
+  sign(Coll::kBroadcast, whole, dt, Op::kSum, root);
   char* data = static_cast<char*>(buf);
   const std::size_t total = count * ds;
   // On an oversubscribed host the root would wait for every reader to get

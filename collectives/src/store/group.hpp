@@ -78,6 +78,10 @@ class StoreGroup final : public Backend {
   // The slices depend only on count, dtype and the group's size.  Needs
   // cma(); a failure of `between` is returned as it is (the caller gives
   // up on the group).
+  // A broadcast of `count` elements that are part of a broadcast of
+  // `whole` (a hierarchical broadcast's chunk): members that disagree on
+  // the whole fail at the first part, naming both calls.
+  Status broadcast_part(void* buf, std::size_t count, DType dt, int root, std::size_t whole);
   using Between = std::function<Status(char* slice, std::size_t count)>;
   Status allreduce_around(const void* send, void* recv, std::size_t count, DType dt, Op op, const Between& between);
   // Every member's `buf` has the same layout, and member q holds the byte
@@ -133,10 +137,10 @@ class StoreGroup final : public Backend {
   Status wait_all(std::uint64_t v);
   Status wait_one(int q, std::uint64_t v);
   Status wait_box(int q, int h, std::uint64_t v);
-  Status wait_bc_done(int which, std::uint64_t v);
+  Status wait_bc_done(int which, std::uint64_t v);  // every rank finished broadcast chunk v - 1
   // The address rank q published in its box h (round value v), its
   // signature checked: where a cross-memory-attach read finds q's buffer.
-  Status peer_address(int q, int h, std::uint64_t v, std::uint64_t* addr);  // every rank finished broadcast chunk v - 1
+  Status peer_address(int q, int h, std::uint64_t v, std::uint64_t* addr);
   Status reduce_to(const char* in, char* out, std::size_t count, DType dt, Op op, int root);  // root < 0: all
   Status allreduce_cma(const char* in, char* out, std::size_t count, DType dt, Op op,
                        const Between* between = nullptr);

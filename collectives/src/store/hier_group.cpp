@@ -303,8 +303,6 @@ Status HierGroup::leaders_allreduce(char* buf, std::size_t count, DType dt, Op o
   const std::size_t ds = dtype_size(dt);
   const std::size_t bytes = count * ds;
   if (hosts == 1 || bytes == 0) return Status::ok();
-  // The exchange sends every leader's whole vector to every other: one
-  // step, while what each leader sends stays small.
   if (doubling(bytes * static_cast<std::size_t>(hosts - 1), kSmallBytes)) {
     say_algorithm("recursive doubling", bytes);
     const Wait w = wait_spec();
@@ -322,6 +320,8 @@ Status HierGroup::leaders_allreduce(char* buf, std::size_t count, DType dt, Op o
     }
     return Status::ok();
   }
+  // The exchange sends every leader's whole vector to every other: one
+  // step, while what each leader sends stays small.
   if (bytes * static_cast<std::size_t>(hosts - 1) <= kSmallBytes || count < static_cast<std::size_t>(hosts)) {
     say_algorithm("exchange", bytes);
     std::vector<std::string> parts;
@@ -487,7 +487,7 @@ Status HierGroup::broadcast(void* buf, std::size_t count, DType dt, int root, vo
       if (pos > 0 && leader()) ACCRUN_RETURN_IF_ERROR(run(lrecv(prev, b + off, n, w)));
       // (The next host first, when this leader has the chunk already.)
       if (passes && local_root == 0) ACCRUN_RETURN_IF_ERROR(run(lsend(next, b + off, n, w, true)));
-      ACCRUN_RETURN_IF_ERROR(run(local_->broadcast(b + off, n / ds, dt, local_root, nullptr)));
+      ACCRUN_RETURN_IF_ERROR(run(local_->broadcast_part(b + off, n / ds, dt, local_root, count)));
       if (passes && local_root != 0) ACCRUN_RETURN_IF_ERROR(run(lsend(next, b + off, n, w, true)));
     }
     return passes ? run(lflush(next, w)) : Status::ok();
