@@ -310,6 +310,29 @@ TEST_P(StoreHosts, MembersOfAHostThatDisagreeOnALargeBroadcastFailNamingBoth) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(6)) << "a failure, not the 8 s timeout";
 }
 
+// A broadcast whose root does not lead its host leaves the program's own
+// messages alone: rank 1 (host a, led by rank 0) sends rank 0 a message
+// of the broadcast's size, then broadcasts; rank 0 receives the message
+// after the broadcast, intact, and the broadcast carries the root's data.
+TEST_P(StoreHosts, ABroadcastFromANonLeaderDoesNotTakeTheProgramsMessages) {
+  for (std::size_t count : {std::size_t{4}, std::size_t{100000}}) {
+    World w;
+    w.run(on_hosts(spec("bcast-p2p", 4), "aabb", GetParam()), [&](int r, Backend& b) {
+      std::vector<std::int32_t> mine(count, 7);
+      if (r == 1) { ASSERT_TRUE(b.send(mine.data(), count, DType::kInt32, 0, nullptr).is_ok()); }
+      std::vector<std::int32_t> v(count, r == 1 ? 1111 : -1);
+      Status s = b.broadcast(v.data(), count, DType::kInt32, 1, nullptr);
+      ASSERT_TRUE(s.is_ok()) << "rank " << r << ": " << s.message();
+      EXPECT_EQ(v, std::vector<std::int32_t>(count, 1111)) << "rank " << r << ", count " << count;
+      if (r == 0) {
+        std::vector<std::int32_t> got(count, 0);
+        ASSERT_TRUE(b.recv(got.data(), count, DType::kInt32, 1, nullptr).is_ok());
+        EXPECT_EQ(got, mine) << "count " << count;
+      }
+    });
+  }
+}
+
 TEST(StoreHostsTcp, AConnectionWithoutTheTokenIsRefusedAndTheGroupGoesOn) {
   World w;
   MemRendezvous rv;

@@ -492,9 +492,13 @@ Status HierGroup::broadcast(void* buf, std::size_t count, DType dt, int root, vo
     }
     return passes ? run(lflush(next, w)) : Status::ok();
   }
-  if (my_host_ == root_host && local_index(root) != 0) {
-    if (rank_ == root) ACCRUN_RETURN_IF_ERROR(run(local_->send(buf, count, dt, 0, nullptr)));
-    if (leader()) ACCRUN_RETURN_IF_ERROR(run(local_->recv(buf, count, dt, local_index(root), nullptr)));
+  // Small: on the root's host the root broadcasts inside it (its leader
+  // too gets the data so: never by the point-to-point channel, which
+  // carries the program's own sends), the root's leader sends to every
+  // other leader, and they broadcast inside their hosts.
+  if (my_host_ == root_host) {
+    ACCRUN_RETURN_IF_ERROR(run(local_->broadcast(buf, count, dt, local_index(root), nullptr)));
+    return leader() ? run(leaders_broadcast(static_cast<char*>(buf), bytes, root_host)) : Status::ok();
   }
   if (leader()) ACCRUN_RETURN_IF_ERROR(run(leaders_broadcast(static_cast<char*>(buf), bytes, root_host)));
   return run(local_->broadcast(buf, count, dt, 0, nullptr));

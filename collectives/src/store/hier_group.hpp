@@ -22,9 +22,9 @@
 //                  instead of the leader alone.
 //   reduce         as allreduce between the leaders, then the root's
 //                  leader hands the result to the root
-//   broadcast      up to kSmallBytes: the root hands the data to its
-//                  leader, which sends it to every other leader; local
-//                  broadcast.  Above: down a chain of leaders from the root's
+//   broadcast      up to kSmallBytes: the root broadcasts inside its host,
+//                  its leader sends the data to every other leader, which
+//                  broadcasts inside its own.  Above: down a chain of leaders from the root's
 //                  host in kChainChunk chunks, each host broadcasting a chunk
 //                  inside as soon as its leader has it (on the root's host,
 //                  the root broadcasts it and the leader passes it on)
