@@ -333,6 +333,27 @@ TEST_P(StoreHosts, ABroadcastFromANonLeaderDoesNotTakeTheProgramsMessages) {
   }
 }
 
+// The same for a reduce whose root does not lead its host: the leader's
+// message to the root, sent before the reduce, reaches it after.
+TEST_P(StoreHosts, AReduceToANonLeaderDoesNotTakeTheProgramsMessages) {
+  for (std::size_t count : {std::size_t{4}, std::size_t{100000}}) {
+    World w;
+    w.run(on_hosts(spec("reduce-p2p", 6), "aaabbb", GetParam()), [&](int r, Backend& b) {
+      std::vector<std::int32_t> mine(count, 7);
+      if (r == 0) { ASSERT_TRUE(b.send(mine.data(), count, DType::kInt32, 1, nullptr).is_ok()); }
+      std::vector<std::int32_t> in(count, r + 1), out(count, -1);
+      Status s = b.reduce(in.data(), out.data(), count, DType::kInt32, Op::kSum, 1, nullptr);
+      ASSERT_TRUE(s.is_ok()) << "rank " << r << ": " << s.message();
+      if (r == 1) {
+        EXPECT_EQ(out, std::vector<std::int32_t>(count, 21)) << "count " << count;
+        std::vector<std::int32_t> got(count, 0);
+        ASSERT_TRUE(b.recv(got.data(), count, DType::kInt32, 0, nullptr).is_ok());
+        EXPECT_EQ(got, mine) << "count " << count;
+      }
+    });
+  }
+}
+
 TEST(StoreHostsTcp, AConnectionWithoutTheTokenIsRefusedAndTheGroupGoesOn) {
   World w;
   MemRendezvous rv;

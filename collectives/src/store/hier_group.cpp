@@ -455,8 +455,15 @@ Status HierGroup::reduce(const void* send, void* recv, std::size_t count, DType 
   ACCRUN_RETURN_IF_ERROR(run(local_->reduce(send, leader() ? at_leader : nullptr, count, dt, op, 0, nullptr)));
   if (leader()) ACCRUN_RETURN_IF_ERROR(run(leaders_allreduce(at_leader, count, dt, op)));
   if (my_host_ == root_host && !root_leads) {
-    if (leader()) return run(local_->send(at_leader, count, dt, local_index(root), nullptr));
-    if (rank_ == root) return run(local_->recv(recv, count, dt, 0, nullptr));
+    // The leader hands the result to the root by a broadcast inside the
+    // host, never by the point-to-point channel, which carries the
+    // program's own sends; the host's other members take it into scratch.
+    char* into = at_leader;
+    if (!leader() && rank_ != root) {
+      tmp.resize(bytes);
+      into = tmp.data();
+    }
+    return run(local_->broadcast(into, count, dt, 0, nullptr));
   }
   return Status::ok();
 }

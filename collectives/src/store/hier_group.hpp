@@ -21,7 +21,9 @@
 //                  of the host moves and reduces its share, in parallel,
 //                  instead of the leader alone.
 //   reduce         as allreduce between the leaders, then the root's
-//                  leader hands the result to the root
+//                  leader hands the result to the root (a broadcast inside
+//                  the root's host: the point-to-point channel carries the
+//                  program's own sends)
 //   broadcast      up to kSmallBytes: the root broadcasts inside its host,
 //                  its leader sends the data to every other leader, which
 //                  broadcasts inside its own.  Above: down a chain of leaders from the root's
