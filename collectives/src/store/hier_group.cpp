@@ -499,11 +499,11 @@ Status HierGroup::broadcast(void* buf, std::size_t count, DType dt, int root, vo
     }
     return passes ? run(lflush(next, w)) : Status::ok();
   }
-  // Small: on the root's host the root broadcasts inside it (its leader
-  // too gets the data so: never by the point-to-point channel, which
-  // carries the program's own sends), the root's leader sends to every
-  // other leader, and they broadcast inside their hosts.
-  if (my_host_ == root_host) {
+  // Small: the root's leader sends to every other leader, and each host
+  // broadcasts inside.  A root that does not lead its host first
+  // broadcasts inside it (its leader gets the data so, never by the
+  // point-to-point channel, which carries the program's own sends).
+  if (my_host_ == root_host && local_index(root) != 0) {
     ACCRUN_RETURN_IF_ERROR(run(local_->broadcast(buf, count, dt, local_index(root), nullptr)));
     return leader() ? run(leaders_broadcast(static_cast<char*>(buf), bytes, root_host)) : Status::ok();
   }
