@@ -78,10 +78,6 @@ class StoreGroup final : public Backend {
   // The slices depend only on count, dtype and the group's size.  Needs
   // cma(); a failure of `between` is returned as it is (the caller gives
   // up on the group).
-  // A broadcast of `count` elements that are part of a broadcast of
-  // `whole` (a hierarchical broadcast's chunk): members that disagree on
-  // the whole fail at the first part, naming both calls.
-  Status broadcast_part(void* buf, std::size_t count, DType dt, int root, std::size_t whole);
   using Between = std::function<Status(char* slice, std::size_t count)>;
   Status allreduce_around(const void* send, void* recv, std::size_t count, DType dt, Op op, const Between& between);
   // Every member's `buf` has the same layout, and member q holds the byte
@@ -91,6 +87,10 @@ class StoreGroup final : public Backend {
   // attach; `count` and `dt` are the call's, for the signature.  Needs cma().
   using Owned = std::function<void(int q, std::vector<std::pair<std::size_t, std::size_t>>* ranges)>;
   Status share_ranges(char* buf, std::size_t count, DType dt, const Owned& owned);
+  // A broadcast of `count` elements that are part of a broadcast of
+  // `whole` (a hierarchical broadcast's chunk): members that disagree on
+  // the whole fail at the first part, naming both calls.
+  Status broadcast_part(void* buf, std::size_t count, DType dt, int root, std::size_t whole);
 
  private:
   enum class Coll : std::uint8_t { kAllreduce = 1, kReduce, kBroadcast, kAllgather, kReducescatter };

@@ -25,6 +25,15 @@ const char* coll_name(std::uint32_t c) {
   return "an unknown call";
 }
 
+// The waits of the group's creation, bounded by its set-up timeout.
+Wait creation_wait(int timeout_ms) {
+  Wait w;
+  w.op = "group creation";
+  w.timeout_ms = timeout_ms;
+  if (timeout_ms >= 0) w.deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  return w;
+}
+
 // The group's rendezvous under a prefix: the host group's keys.
 class PrefixRendezvous final : public Rendezvous {
  public:
@@ -96,10 +105,7 @@ Status HierGroup::setup(const GroupContext& ctx, int setup_timeout_ms) {
     std::vector<int> others;
     for (std::size_t h = 0; h < hosts_.size(); ++h)
       if (static_cast<int>(h) != my_host_) others.push_back(hosts_[h].front());
-    Wait w;
-    w.op = "group creation";
-    w.timeout_ms = setup_timeout_ms;
-    if (setup_timeout_ms >= 0) w.deadline = Clock::now() + std::chrono::milliseconds(setup_timeout_ms);
+    const Wait w = creation_wait(setup_timeout_ms);
     ACCRUN_RETURN_IF_ERROR(links_->pair_up(others, w));
   }
   ACCRUN_RETURN_IF_ERROR(agree_on_lanes(setup_timeout_ms));
@@ -120,13 +126,10 @@ Status HierGroup::agree_on_lanes(int setup_timeout_ms) {
   std::uint8_t all = local_->cma() ? 1 : 0;
   if (leader()) {
     sig_ = Sig{kSetup, 0, 0, -1, 0};
-    const int keep = timeout_ms_;
-    timeout_ms_ = setup_timeout_ms;
+    const Wait w = creation_wait(setup_timeout_ms);
     std::vector<std::string> parts;
     const char mine = static_cast<char>(all);
-    Status s = leaders_exchange(&mine, 1, &parts);
-    timeout_ms_ = keep;
-    ACCRUN_RETURN_IF_ERROR(s);
+    ACCRUN_RETURN_IF_ERROR(leaders_exchange(&mine, 1, &parts, w));
     for (std::size_t h = 0; h < hosts_.size(); ++h)
       if (static_cast<int>(h) != my_host_) all = all && parts[h].size() == sizeof(Sig) + 1 && parts[h].back() == 1;
   }
@@ -272,9 +275,9 @@ Status HierGroup::check_sig(int from, const std::string& message) {
 }
 
 // Every leader sends its part to every other and receives theirs.
-Status HierGroup::leaders_exchange(const char* mine, std::size_t mine_len, std::vector<std::string>* theirs) {
+Status HierGroup::leaders_exchange(const char* mine, std::size_t mine_len, std::vector<std::string>* theirs,
+                                   const Wait& w) {
   const int hosts = static_cast<int>(hosts_.size());
-  const Wait w = wait_spec();
   // `mine` stays as it is until this returns: sent from where it lies.
   for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(lsend((my_host_ + i) % hosts, mine, mine_len, w, true));
   theirs->assign(static_cast<std::size_t>(hosts), std::string());
@@ -325,7 +328,7 @@ Status HierGroup::leaders_allreduce(char* buf, std::size_t count, DType dt, Op o
   if (bytes * static_cast<std::size_t>(hosts - 1) <= kSmallBytes || count < static_cast<std::size_t>(hosts)) {
     say_algorithm("exchange", bytes);
     std::vector<std::string> parts;
-    ACCRUN_RETURN_IF_ERROR(leaders_exchange(buf, bytes, &parts));
+    ACCRUN_RETURN_IF_ERROR(leaders_exchange(buf, bytes, &parts, wait_spec()));
     for (int h = 0; h < hosts; ++h) {
       if (h != my_host_ && parts[static_cast<std::size_t>(h)].size() != sizeof(Sig) + bytes)
         return invalid_usage("group '" + name_ + "': " + op_ + ": a host sent a part of another size");
@@ -634,7 +637,7 @@ Status HierGroup::barrier() {
     }
   } else if (leader()) {
     std::vector<std::string> parts;
-    ACCRUN_RETURN_IF_ERROR(run(leaders_exchange(nullptr, 0, &parts)));
+    ACCRUN_RETURN_IF_ERROR(run(leaders_exchange(nullptr, 0, &parts, wait_spec())));
   }
   return run(local_->barrier());
 }

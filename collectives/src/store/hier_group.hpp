@@ -126,7 +126,7 @@ class HierGroup final : public Backend {
   Status check_sig(int from, const std::string& message);
   Status leaders_allreduce(char* buf, std::size_t count, DType dt, Op op);
   Status leaders_broadcast(char* buf, std::size_t bytes, int root_host);
-  Status leaders_exchange(const char* mine, std::size_t mine_len, std::vector<std::string>* theirs);
+  Status leaders_exchange(const char* mine, std::size_t mine_len, std::vector<std::string>* theirs, const Wait& w);
   // The debug log says which algorithm the collective in sig_ takes between
   // the hosts, whenever it differs from its last call's.
   void say_algorithm(const char* algorithm, std::size_t bytes);
