@@ -173,6 +173,32 @@ TEST_F(NcclFake, TheOldestStuckOperationTimesOutThoughNewOnesKeepComing) {
   EXPECT_EQ(b->barrier().code(), Code::kTimeout) << "every later call returns the group's error";
 }
 
+// Calls queued back to back share one tracked entry (one event recorded
+// again after each): the entry finishes only when its last call does, so a
+// stuck call behind a finished one still times out, and says how many
+// calls its entry covers.
+TEST_F(NcclFake, AStuckCallAmongCallsQueuedBackToBackTimesOut) {
+  fake_mode("stuck", 1);
+  MapRendezvous rv;
+  auto b = make(context(1, &rv));
+  ASSERT_NE(b, nullptr);
+  b->set_timeout(300);
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(b->allreduce(dev_, dev_, 4, ac::DType::kFloat32, ac::Op::kSum, nullptr).is_ok()) << i;
+  }
+  const double queued_s = seconds_since(t0);
+  Status st = b->barrier();
+  EXPECT_EQ(st.code(), Code::kTimeout) << st.message();
+  EXPECT_LT(seconds_since(t0), 1.5);
+  EXPECT_NE(st.message().find("ncclAllReduce, queued"), std::string::npos) << st.message();
+  if (queued_s < 0.0005) {  // all 20 and the barrier's own within the 1 ms one entry covers
+    EXPECT_NE(st.message().find("or one of the 20 calls queued on its stream within 1 ms after it"),
+              std::string::npos)
+        << st.message();
+  }
+}
+
 TEST_F(NcclFake, AnOperationStillBeingQueuedTimesOut) {
   fake_mode("inprogress");
   MapRendezvous rv;

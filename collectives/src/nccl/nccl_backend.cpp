@@ -7,9 +7,15 @@
 // directory (scoped to the group's epoch, so no stale id can be read); the
 // others wait for it with the group's timeout.
 //
-// Completion is tracked per operation, as torch.distributed's WorkNCCL
-// does: every call that queues work records an event of its own after it,
-// and a watchdog thread looks at the oldest unfinished one.  The watchdog
+// Completion is tracked by events recorded after the calls, as
+// torch.distributed's WorkNCCL does, and a watchdog thread looks at the
+// oldest unfinished one.  Calls queued on one stream within kCoalesce of
+// the first share one tracked entry, whose event is recorded again after
+// each: work on a stream finishes in order, so it finishes when the last
+// of them does.  A loop of short calls then costs one event record per
+// call, and the watchdog's look (made holding mu_, so the calls wait for
+// it) a few event queries rather than one per call queued since the last
+// look: thousands in 20 ms of 5 µs calls, each query ~1 µs on an H100.  The watchdog
 // also polls ncclCommGetAsyncError, the job's failure notices and the
 // group's abort notice.  On an NCCL error, a failed peer, an operation
 // older than the group's timeout, or another member's abort, it aborts the
@@ -65,6 +71,9 @@ constexpr const char* kAbortKey = "nccl.abort";
 // How often the watchdog looks at the group's state, and at the abort key.
 constexpr auto kWatchPeriod = std::chrono::milliseconds(20);
 constexpr auto kAbortLookPeriod = std::chrono::milliseconds(100);
+// Calls on one stream within this time of the first share one tracked
+// entry (see the top of this file).
+constexpr auto kCoalesce = std::chrono::milliseconds(1);
 
 std::string describe_member(const std::vector<Member>& members, int g) {
   const Member& m = members[static_cast<std::size_t>(g)];
@@ -256,11 +265,15 @@ class NcclBackend final : public Backend {
   }
 
  private:
+  // Calls first_seq..last_seq, queued on `stream` from queued_at on; the
+  // event is recorded after the last of them.
   struct Work {
-    std::uint64_t seq;
-    const char* call;
+    std::uint64_t first_seq;
+    std::uint64_t last_seq;
+    const char* call;  // the first call's name
     cudaEvent_t event;
     Clock::time_point queued_at;
+    cudaStream_t stream;
   };
 
   template <class Issue>
@@ -353,9 +366,17 @@ class NcclBackend final : public Backend {
     return track_locked(call, s);
   }
 
-  // Records an event after the work just queued on s.  The caller has the
-  // group's device current.
+  // Records an event after the work just queued on s: again on the newest
+  // entry's event where that entry is on s and younger than kCoalesce,
+  // else on a new entry.  The caller has the group's device current.
   Status track_locked(const char* call, cudaStream_t s) {
+    const auto now = Clock::now();
+    if (!works_.empty() && works_.back().stream == s && now - works_.back().queued_at < kCoalesce) {
+      Work& w = works_.back();
+      if (cudaError_t ce = lib_.cudaEventRecord(w.event, s); ce != cudaSuccess) return record_error(call, ce);
+      w.last_seq = ++next_seq_;
+      return Status::ok();
+    }
     cudaEvent_t e = nullptr;
     if (!spare_events_.empty()) {
       e = spare_events_.back();
@@ -365,12 +386,17 @@ class NcclBackend final : public Backend {
     }
     if (cudaError_t ce = lib_.cudaEventRecord(e, s); ce != cudaSuccess) {
       spare_events_.push_back(e);
-      return Status(Code::kSystem, "group '" + name_ + "': " + call + " was queued, but cudaEventRecord on its stream "
-                                   "failed (" + lib_.cudaGetErrorString(ce) + "): is the stream on GPU " +
-                                   std::to_string(device_) + ", the group's device?");
+      return record_error(call, ce);
     }
-    works_.push_back(Work{++next_seq_, call, e, Clock::now()});
+    ++next_seq_;
+    works_.push_back(Work{next_seq_, next_seq_, call, e, now, s});
     return Status::ok();
+  }
+
+  Status record_error(const char* call, cudaError_t ce) const {
+    return Status(Code::kSystem, "group '" + name_ + "': " + call + " was queued, but cudaEventRecord on its stream "
+                                 "failed (" + lib_.cudaGetErrorString(ce) + "): is the stream on GPU " +
+                                 std::to_string(device_) + ", the group's device?");
   }
 
   // Retires finished work from the front.  Work on different streams may
@@ -384,7 +410,7 @@ class NcclBackend final : public Backend {
 
   bool finished_locked(std::uint64_t seq) const {
     for (const Work& w : works_) {
-      if (w.seq == seq) return lib_.cudaEventQuery(w.event) == cudaSuccess;
+      if (w.first_seq <= seq && seq <= w.last_seq) return lib_.cudaEventQuery(w.event) == cudaSuccess;
     }
     return true;  // retired
   }
@@ -457,8 +483,14 @@ class NcclBackend final : public Backend {
       if (!works_.empty() && t >= 0) {
         const auto age = Clock::now() - works_.front().queued_at;
         if (age >= std::chrono::milliseconds(t)) {
-          fail_locked(timeout_error("group '" + name_ + "': " + works_.front().call + ", queued " + ms_text(age) +
-                                    " ago, did not complete within the group's timeout of " + std::to_string(t) +
+          const Work& w = works_.front();
+          const std::uint64_t later = w.last_seq - w.first_seq;
+          fail_locked(timeout_error("group '" + name_ + "': " + w.call + ", queued " + ms_text(age) + " ago" +
+                                    (later > 0 ? " (or one of the " + std::to_string(later) +
+                                                     " calls queued on its stream within " +
+                                                     std::to_string(kCoalesce.count()) + " ms after it)"
+                                               : std::string()) +
+                                    ", did not complete within the group's timeout of " + std::to_string(t) +
                                     " ms; the NCCL communicator was aborted"),
                       true);
           continue;
