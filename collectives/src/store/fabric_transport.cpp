@@ -259,7 +259,11 @@ void FabricTransport::close_all() {
     // still as a closed one: it is left open, unused, until the process
     // ends.  A provider that progresses by itself (hardware that reads
     // and writes memory on its own) is closed as below.
-    log(LogLevel::kDebug, "group %s: the libfabric endpoint is left open, unused, after the group failed",
+    // (A peer on this host that has exited counts as gone even when it
+    // finished normally, so a group whose peers left first parks too.)
+    log(LogLevel::kDebug,
+        "group %s: the libfabric endpoint is left open, unused, until this process ends: the group failed or a "
+        "peer is gone (it may have finished first)",
         group_.c_str());
     park(Parked{info_, fabric_, domain_, cq_, av_, ep_});
     std::fill(ack_recv_.begin(), ack_recv_.end(), nullptr);
