@@ -13,13 +13,16 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "accrun/config.h"
+#include "store/host_links.hpp"
 #include "store_harness.hpp"
 
 namespace accrun::collectives::testing {
@@ -352,6 +355,129 @@ TEST_P(StoreHosts, AReduceToANonLeaderDoesNotTakeTheProgramsMessages) {
       }
     });
   }
+}
+
+// HostLinks::recv_splits, which the collectives between hosts post at
+// once: rank 0 of four one-rank hosts takes a message from each of the
+// others.  `body(r, links, wait)` runs on each rank's thread.
+void with_links(const char* transport, const char* name,
+                const std::function<void(int, store::HostLinks&, const store::Wait&)>& body) {
+  World w;
+  MemRendezvous rv;
+  const GroupSpec g = on_hosts(spec(name, 4), "abcd", transport);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 4; ++r) {
+    ranks.emplace_back([&, r] {
+      const GroupContext ctx = w.context(g, r, &rv);
+      std::vector<bool> needs(4, true);
+      needs[static_cast<std::size_t>(r)] = false;
+      auto links = store::make_host_links(transport, ctx, needs, 64u << 20);
+      ASSERT_TRUE(links.is_ok()) << links.status().message();
+      store::Wait wait;
+      wait.deadline = Clock::now() + std::chrono::seconds(20);
+      wait.timeout_ms = 20'000;
+      std::vector<int> others;
+      for (int q = 0; q < 4; ++q)
+        if (q != r) others.push_back(q);
+      ASSERT_TRUE((*links)->pair_up(others, wait).is_ok());
+      body(r, **links, wait);
+    });
+  }
+  for (auto& t : ranks) t.join();
+}
+
+std::vector<char> bytes_of(int from, std::size_t n) {
+  std::vector<char> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<char>(from * 31 + static_cast<int>(i % 251));
+  return v;
+}
+
+// Rank r's side: one message (an 8-byte head, then bytes_of(r, n)) to rank
+// 0, then a wait for rank 0's word that it is done.
+void send_to_rank0(store::HostLinks& links, int r, std::uint64_t head, std::size_t n, const store::Wait& wait) {
+  using store::HostLinks;
+  const auto data = bytes_of(r, n);
+  ASSERT_TRUE(links.send2(0, HostLinks::kCollective, &head, sizeof head, data.data(), n, wait).is_ok());
+  ASSERT_TRUE(links.flush(wait).is_ok());
+  char done = 0;
+  std::size_t got = 0;
+  ASSERT_TRUE(links.recv(0, HostLinks::kP2p, &done, 1, &got, wait).is_ok());
+}
+
+TEST_P(StoreHosts, ReceivesPostedAtOnceTakeMessagesThatComeInAnyOrder) {
+  const std::size_t n = 3u << 20;
+  with_links(GetParam(), "splits", [&](int r, store::HostLinks& links, const store::Wait& wait) {
+    using store::HostLinks;
+    if (r > 0) {
+      // The last rank sends first: they come in the reverse of the order
+      // rank 0 takes them in.
+      std::this_thread::sleep_for(std::chrono::milliseconds(60 * (3 - r)));
+      send_to_rank0(links, r, 1000u + static_cast<std::uint64_t>(r), n, wait);
+      return;
+    }
+    std::vector<std::vector<char>> into(4, std::vector<char>(n, 0));
+    std::vector<HostLinks::Split> splits;
+    for (int q = 1; q < 4; ++q)
+      splits.push_back(HostLinks::Split{q, HostLinks::kCollective, sizeof(std::uint64_t),
+                                        into[static_cast<std::size_t>(q)].data(), n, {}});
+    Status st = links.recv_splits(&splits, wait);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    for (const HostLinks::Split& s : splits) {
+      ASSERT_TRUE(s.placed) << "from " << s.peer;
+      ASSERT_EQ(s.head.size(), sizeof(std::uint64_t));
+      std::uint64_t head = 0;
+      std::memcpy(&head, s.head.data(), sizeof head);
+      EXPECT_EQ(head, 1000u + static_cast<std::uint64_t>(s.peer));
+      EXPECT_TRUE(into[static_cast<std::size_t>(s.peer)] == bytes_of(s.peer, n)) << "from " << s.peer;
+    }
+    const char done = 1;
+    for (int q = 1; q < 4; ++q) ASSERT_TRUE(links.send(q, HostLinks::kP2p, &done, 1, wait).is_ok());
+  });
+}
+
+TEST_P(StoreHosts, ReceivesPostedAtOnceThatGiveUpLeaveTheirMessagesWholeAndTheirBuffersAlone) {
+  // Ranks 2 and 3 send at once, rank 1 only after rank 0's receives gave up
+  // waiting for it.  Rank 0's buffers are not written after the call
+  // returns, and the next receives get all three messages whole.
+  const std::size_t n = 1u << 20;
+  with_links(GetParam(), "splits-gaveup", [&](int r, store::HostLinks& links, const store::Wait& wait) {
+    using store::HostLinks;
+    if (r > 0) {
+      if (r == 1) {
+        char go = 0;
+        std::size_t got = 0;
+        ASSERT_TRUE(links.recv(0, HostLinks::kP2p, &go, 1, &got, wait).is_ok());
+      }
+      send_to_rank0(links, r, 7u, n, wait);
+      return;
+    }
+    std::vector<std::vector<char>> first(4, std::vector<char>(n, 0));
+    std::vector<HostLinks::Split> splits;
+    for (int q = 1; q < 4; ++q)
+      splits.push_back(HostLinks::Split{q, HostLinks::kCollective, sizeof(std::uint64_t),
+                                        first[static_cast<std::size_t>(q)].data(), n, {}});
+    store::Wait brief = wait;
+    brief.deadline = Clock::now() + std::chrono::milliseconds(400);
+    brief.timeout_ms = 400;
+    Status st = links.recv_splits(&splits, brief);
+    ASSERT_EQ(st.code(), Code::kTimeout) << st.message();
+    for (auto& f : first) std::fill(f.begin(), f.end(), 'x');
+    const char go = 1;
+    ASSERT_TRUE(links.send(1, HostLinks::kP2p, &go, 1, wait).is_ok());
+    for (int q = 1; q < 4; ++q) {
+      std::vector<char> in(n, 0);
+      std::string head;
+      bool placed = false;
+      ASSERT_TRUE(links.recv_split(q, HostLinks::kCollective, sizeof(std::uint64_t), in.data(), n, &head, &placed, wait)
+                      .is_ok());
+      EXPECT_TRUE(placed) << "from " << q;
+      EXPECT_TRUE(in == bytes_of(q, n)) << "from " << q;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (const auto& f : first) EXPECT_EQ(std::count(f.begin(), f.end(), 'x'), static_cast<long>(n));
+    const char done = 1;
+    for (int q = 1; q < 4; ++q) ASSERT_TRUE(links.send(q, HostLinks::kP2p, &done, 1, wait).is_ok());
+  });
 }
 
 TEST(StoreHostsTcp, AConnectionWithoutTheTokenIsRefusedAndTheGroupGoesOn) {

@@ -240,6 +240,26 @@ Status HierGroup::lrecv(int host, void* data, std::size_t len, const Wait& w) {
   return Status::ok();
 }
 
+// lrecv from several hosts at once: every receive is posted before any is
+// waited for, so messages that come in another order still go straight to
+// their buffers.
+Status HierGroup::lrecv_all(const std::vector<Into>& from, const Wait& w) {
+  std::vector<HostLinks::Split> splits;
+  splits.reserve(from.size());
+  for (const Into& f : from)
+    splits.push_back(HostLinks::Split{lane_peer(f.host), HostLinks::kCollective, sizeof(Sig), f.dest, f.len, {}});
+  ACCRUN_RETURN_IF_ERROR(links_->recv_splits(&splits, w));
+  for (const HostLinks::Split& s : splits) {
+    ACCRUN_RETURN_IF_ERROR(check_sig(s.peer, s.head));
+    if (!s.placed) {
+      return invalid_usage("group '" + name_ + "': " + op_ + ": " + links_->describe(s.peer) + " sent " +
+                           std::to_string(s.head.size() - sizeof(Sig)) + " bytes where " + std::to_string(s.len) +
+                           " were due");
+    }
+  }
+  return Status::ok();
+}
+
 // The next leader message from a host, its signature checked (and left in
 // front: the data starts sizeof(Sig) bytes in, so nothing is moved).
 Status HierGroup::lrecv_any(int host, std::string* out, const Wait& w) {
@@ -537,10 +557,12 @@ Status HierGroup::allgather(const void* send, void* recv, std::size_t n, DType d
     say_algorithm("exchange", static_cast<std::size_t>(hosts) * blk);
     Status s;
     for (int i = 1; i < hosts && s.is_ok(); ++i) s = lsend((my_host_ + i) % hosts, own, blk, w, true);
-    for (int i = 1; i < hosts && s.is_ok(); ++i) {
+    std::vector<Into> from;
+    for (int i = 1; i < hosts; ++i) {
       const int h = (my_host_ - i + hosts) % hosts;
-      s = lrecv(h, out + static_cast<std::size_t>(lane_peer(h)) * blk, blk, w);
+      from.push_back(Into{h, out + static_cast<std::size_t>(lane_peer(h)) * blk, blk});
     }
+    if (s.is_ok()) s = lrecv_all(from, w);
     for (int i = 1; i < hosts && s.is_ok(); ++i) s = lflush((my_host_ + i) % hosts, w);
     lane_ = 0;
     in_lanes_ = false;
@@ -591,14 +613,18 @@ Status HierGroup::allgather(const void* send, void* recv, std::size_t n, DType d
     // when a host's ranks are consecutive.
     for (int i = 1; i < hosts; ++i)
       ACCRUN_RETURN_IF_ERROR(run(lsend((my_host_ + i) % hosts, host_block, mine.size() * blk, w, true)));
+    std::vector<Into> direct;
     for (int i = 1; i < hosts; ++i) {
       const int h = (my_host_ - i + hosts) % hosts;
       const auto& ranks = hosts_[static_cast<std::size_t>(h)];
-      const bool consecutive = ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size());
-      if (consecutive) {
-        ACCRUN_RETURN_IF_ERROR(run(lrecv(h, out + static_cast<std::size_t>(ranks.front()) * blk, ranks.size() * blk, w)));
-        continue;
-      }
+      if (ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size()))
+        direct.push_back(Into{h, out + static_cast<std::size_t>(ranks.front()) * blk, ranks.size() * blk});
+    }
+    ACCRUN_RETURN_IF_ERROR(run(lrecv_all(direct, w)));
+    for (int i = 1; i < hosts; ++i) {
+      const int h = (my_host_ - i + hosts) % hosts;
+      const auto& ranks = hosts_[static_cast<std::size_t>(h)];
+      if (ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size())) continue;
       std::string got;
       ACCRUN_RETURN_IF_ERROR(run(lrecv_any(h, &got, w)));
       if (got.size() != sizeof(Sig) + ranks.size() * blk)

@@ -122,6 +122,12 @@ class HierGroup final : public Backend {
   Status lsend(int host, const void* data, std::size_t len, const Wait& w, bool borrow = false);
   Status lflush(int host, const Wait& w);
   Status lrecv(int host, void* data, std::size_t len, const Wait& w);
+  struct Into {  // a host's message for lrecv_all: `len` bytes into `dest`
+    int host;
+    char* dest;
+    std::size_t len;
+  };
+  Status lrecv_all(const std::vector<Into>& from, const Wait& w);
   Status lrecv_any(int host, std::string* out, const Wait& w);
   Status check_sig(int from, const std::string& message);
   Status leaders_allreduce(char* buf, std::size_t count, DType dt, Op op);

@@ -54,6 +54,24 @@ class HostLinks {
   // *head (*placed false).  `dest` is not written after this returns.
   virtual Status recv_split(int peer, Tag tag, std::size_t keep, char* dest, std::size_t len, std::string* head,
                             bool* placed, const Wait& w) = 0;
+  // One recv_split for each of several peers (each at most once), all
+  // posted before any is waited for, so every message goes straight to its
+  // `dest` whichever comes first; taken in the order given.  A failure ends
+  // the call: the splits after it are not taken.
+  struct Split {
+    int peer;
+    Tag tag;
+    std::size_t keep;
+    char* dest;
+    std::size_t len;
+    std::string head;
+    bool placed = false;
+  };
+  virtual Status recv_splits(std::vector<Split>* splits, const Wait& w) {
+    for (Split& s : *splits)
+      ACCRUN_RETURN_IF_ERROR(recv_split(s.peer, s.tag, s.keep, s.dest, s.len, &s.head, &s.placed, w));
+    return Status::ok();
+  }
   // Waits until everything queued has left (best effort at destroy).
   virtual Status flush(const Wait& w) = 0;
   // "group rank 3 (job rank 7 on host n2)", for messages.

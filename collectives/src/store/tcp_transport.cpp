@@ -450,30 +450,78 @@ Status TcpTransport::recv_split(int peer, Tag tag, std::size_t keep, char* dest,
 
 Status TcpTransport::receive_posted(int peer, Tag tag, std::size_t keep, char* dest, std::size_t len, bool up_to,
                                     std::string* head, bool* placed, std::size_t* length, const Wait& w) {
+  links_[static_cast<std::size_t>(peer)].post = Link::Post{true, false, tag, keep, dest, len, up_to};
+  return take_posted(peer, tag, head, placed, length, w);
+}
+
+Status TcpTransport::recv_splits(std::vector<Split>* splits, const Wait& w) {
+  std::vector<bool> seen(links_.size());
+  for (const Split& s : *splits) {
+    if (seen[static_cast<std::size_t>(s.peer)]) return HostLinks::recv_splits(splits, w);  // one post per link
+    seen[static_cast<std::size_t>(s.peer)] = true;
+  }
+  for (const Split& s : *splits)
+    links_[static_cast<std::size_t>(s.peer)].post = Link::Post{true, false, s.tag, s.keep, s.dest, s.len, false};
+  for (std::size_t i = 0; i < splits->size(); ++i) {
+    Split& s = (*splits)[i];
+    std::size_t length = 0;
+    Status st = take_posted(s.peer, s.tag, &s.head, &s.placed, &length, w);
+    if (st.is_ok() && !s.placed && s.head.size() == s.keep + s.len) {
+      std::memcpy(s.dest, s.head.data() + s.keep, s.len);  // it came before the receive was posted
+      s.head.resize(s.keep);
+      s.placed = true;
+    }
+    if (!st.is_ok()) {
+      for (std::size_t j = i + 1; j < splits->size(); ++j) unpost((*splits)[j].peer);
+      return st;
+    }
+  }
+  return Status::ok();
+}
+
+// Waits for the message the link's posted receive is for, and takes it.
+Status TcpTransport::take_posted(int peer, Tag tag, std::string* head, bool* placed, std::size_t* length,
+                                 const Wait& w) {
   Link& l = links_[static_cast<std::size_t>(peer)];
   auto find = [&] {
     return std::find_if(l.inbox.begin(), l.inbox.end(), [&](const Message& m) { return m.tag == tag; });
   };
-  l.post = Link::Post{true, false, tag, keep, dest, len, up_to};
   Status st = wait_for([&] { return find() != l.inbox.end(); }, peer, w, "a message", tag == kCollective);
-  const bool matched = l.post.matched;
-  l.post = Link::Post{};
   if (!st.is_ok()) {
-    if (matched && l.in_body && l.direct == dest) {
-      // Still arriving: it goes on in a buffer of the transport's own, with
-      // what came so far, and a later receive gets it whole.
-      l.spill.assign(l.body_total - l.body_keep, '\0');
-      if (l.body_got > l.body_keep) std::memcpy(l.spill.data(), dest, l.body_got - l.body_keep);
-      l.direct = l.spill.data();
-    }
+    unpost(peer);
     return st;
   }
+  l.post = Link::Post{};
   auto it = find();
   *placed = it->placed;
   *length = it->length;
   *head = std::move(it->bytes);
   l.inbox.erase(it);
   return Status::ok();
+}
+
+// Withdraws the link's posted receive, its caller giving up.  A message
+// still arriving into the receive's buffer goes on in a buffer of the
+// transport's own, and one already placed there is made whole again: a
+// later receive gets either whole.
+void TcpTransport::unpost(int peer) {
+  Link& l = links_[static_cast<std::size_t>(peer)];
+  const Link::Post po = l.post;
+  l.post = Link::Post{};
+  if (!po.matched) return;
+  if (l.in_body && l.direct == po.dest) {
+    l.spill.assign(l.body_total - l.body_keep, '\0');
+    if (l.body_got > l.body_keep) std::memcpy(l.spill.data(), po.dest, l.body_got - l.body_keep);
+    l.direct = l.spill.data();
+    return;
+  }
+  for (Message& m : l.inbox) {
+    if (m.placed && m.tag == po.tag) {
+      m.bytes.append(po.dest, m.length - m.bytes.size());
+      m.placed = false;
+      break;
+    }
+  }
 }
 
 Status TcpTransport::flush(const Wait& w) {

@@ -83,6 +83,9 @@ class TcpTransport final : public Transport, public HostLinks {
   // this returns.
   Status recv_split(int peer, Tag tag, std::size_t keep, char* dest, std::size_t len, std::string* head,
                     bool* placed, const Wait& w) override;
+  // Posts a receive on every split's link first (a link holds one posted
+  // receive), then waits for each in turn.
+  Status recv_splits(std::vector<Split>* splits, const Wait& w) override;
   // Waits until everything queued has been handed to the kernel.
   Status flush(const Wait& w) override;
   std::string describe(int peer) const override;
@@ -180,6 +183,8 @@ class TcpTransport final : public Transport, public HostLinks {
   // fits (`*placed`), else all of it to `head`.
   Status receive_posted(int peer, Tag tag, std::size_t keep, char* dest, std::size_t len, bool up_to,
                         std::string* head, bool* placed, std::size_t* length, const Wait& w);
+  Status take_posted(int peer, Tag tag, std::string* head, bool* placed, std::size_t* length, const Wait& w);
+  void unpost(int peer);
   void write_link_locked(int peer);
   void write_loop();
   void wake_writer();
