@@ -211,6 +211,13 @@ Result<Inventory> detect_host(const DetectConfig& config) {
   // Locality, model and UUID from hwloc where sysfs had none.  Only an XML
   // file or the real root describe the same devices as the scan.
   const bool same_machine = topo->from_xml || internal::SysRoot(config.sysfs_root).path("").empty();
+  // With one NUMA node every device is local to it, whatever its sysfs
+  // entry says (virtual machines give numa_node -1): hwloc's PCI discovery,
+  // the slow part of detection, is not needed to say so.
+  if (same_machine && topo->numa_nodes == 1 && !topo->cores.empty()) {
+    for (auto& a : inv.accelerators)
+      if (a.pci && !a.numa) a.numa = topo->cores.front().numa;
+  }
   const bool lacks_locality = std::any_of(inv.accelerators.begin(), inv.accelerators.end(),
                                           [](const Accelerator& a) { return a.pci && (!a.numa || !a.cpus); });
   if (same_machine && !topo->from_xml && lacks_locality) {

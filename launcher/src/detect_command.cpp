@@ -59,6 +59,7 @@ AgentsConfig agents_config(const Options& options, char** envp) {
 }
 
 int detect_main(const Options& options, char** envp) {
+  const detect::HwlocPluginHold hwloc_plugins;  // before any thread: it sets and unsets a variable
   const detect::DetectConfig config = detect_config(options, envp);
   std::vector<detect::Inventory> hosts;
   if (!options.hostfile && !options.host_list) {

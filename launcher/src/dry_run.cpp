@@ -39,6 +39,7 @@ void add_launch_time_env(Plan& plan, MpiMode mpi) {
 }  // namespace
 
 int dry_run_main(const Options& options, char** envp) {
+  const detect::HwlocPluginHold hwloc_plugins;  // before any thread: it sets and unsets a variable
   auto p = build_plan(options, envp, 0);
   if (p) add_launch_time_env(*p, options.mpi);
   if (!p) {

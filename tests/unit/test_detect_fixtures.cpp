@@ -437,6 +437,26 @@ TEST(DetectXml, SysfsGpusTakeLocalityFromTheXml) {
   EXPECT_EQ(*inv.accelerators[1].cpus, "0-7") << "not in the XML: its own sysfs entries";
 }
 
+TEST(DetectXml, OneNumaNodeMakesEveryDeviceLocalToIt) {
+  // A virtual machine's GPU whose sysfs entry gives numa_node -1: on a
+  // machine of one NUMA node it is that node's, with no PCI discovery.
+  DetectConfig c = fixture("nvidia-1xh100-vm");
+  c.topology_xml = kXml + "vm-1node.xml";
+  Inventory inv = detect_ok(c);
+  EXPECT_EQ(inv.numa_nodes, 1);
+  ASSERT_EQ(inv.accelerators.size(), 1u);
+  const auto& a = inv.accelerators[0];
+  EXPECT_EQ(a.type, "H100-SXM");
+  ASSERT_TRUE(a.numa);
+  EXPECT_EQ(*a.numa, 0);
+  EXPECT_EQ(*a.cpus, "0-1");
+  // On two NUMA nodes a device that says nothing stays without a node.
+  c.topology_xml = kXml + "nvidia-4xh100.xml";
+  inv = detect_ok(c);
+  ASSERT_EQ(inv.accelerators.size(), 1u);
+  EXPECT_FALSE(inv.accelerators[0].numa);
+}
+
 TEST(DetectXml, BadFileIsAClearError) {
   DetectConfig c = fixture("decoys");
   c.topology_xml = kXml + "no-such-file.xml";

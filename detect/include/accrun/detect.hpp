@@ -217,9 +217,10 @@ Result<Inventory> detect_host(const DetectConfig& config);
 // process's first topology is created and unloads them when its last one is
 // destroyed; the launcher's detection and then its PMIx server each load a
 // topology, so without a hold the plugins are loaded twice per launch.
-// The hold leaves out hwloc's GL plugin (X displays) unless the user chose
-// the plugins; it sets and unsets an environment variable to do so, so make
-// it before other threads exist.
+// The hold leaves out hwloc's GL plugin (X displays) and its GPU vendors'
+// plugins (OpenCL, CUDA, NVML, RSMI, Level Zero: they start the vendors'
+// runtimes) unless the user chose the plugins; it sets and unsets an
+// environment variable to do so, so make it before other threads exist.
 class HwlocPluginHold {
  public:
   HwlocPluginHold();
