@@ -634,8 +634,12 @@ Result<std::unique_ptr<Backend>> make_nccl_backend(const GroupContext& ctx) {
     return Status(Code::kSystem, where + ": creating the group's stream and barrier buffer: " +
                                      lib.cudaGetErrorString(ce));
   }
-  log(LogLevel::kDebug, "%s: NCCL %d communicator of %d ranks on GPU %s", where.c_str(), lib.nccl_version, ctx.size,
-      bus);
+  // ncclGetVersion's code: major * 10000 + minor * 100 + patch (major * 1000
+  // + minor * 100 + patch before 2.9).
+  const int v = lib.nccl_version, major = v >= 20900 ? v / 10000 : v / 1000;
+  const int minor = v >= 20900 ? v / 100 % 100 : v / 100 % 10;
+  log(LogLevel::kDebug, "%s: NCCL %d.%d.%d communicator of %d ranks on GPU %s", where.c_str(), major, minor, v % 100,
+      ctx.size, bus);
   return std::unique_ptr<Backend>(new NcclBackend(lib, ctx, comm, device, stream, barrier_buf));
 }
 
