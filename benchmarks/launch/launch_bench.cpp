@@ -94,6 +94,37 @@ struct Series {
   }
 };
 
+// Whether `name` is an executable on the PATH.
+bool on_path(const char* name) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "";
+  for (std::size_t at = 0; at <= dirs.size();) {
+    std::size_t end = dirs.find(':', at);
+    if (end == std::string::npos) end = dirs.size();
+    std::string dir = dirs.substr(at, end - at);
+    if (!dir.empty() && access((dir + "/" + name).c_str(), X_OK) == 0) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
+// A median in ms, or "-" for a series never run.
+std::string ms_or_dash(const Series& s) {
+  if (s.times.empty() && s.hangs == 0) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", median(s.times) * 1e3);
+  return b;
+}
+
+// mpirun's median over accrun's, or "-" without mpirun.
+std::string ratio_or_dash(const Series& m, const Series& a) {
+  const double am = median(a.times), mm = median(m.times);
+  if (m.times.empty() || am <= 0) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2fx", mm / am);
+  return b;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,12 +149,15 @@ int main(int argc, char** argv) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   std::map<std::pair<std::string, int>, Series> res;
   const int sizes[] = {1, 8, 32, 64};
-  std::printf("launch of /bin/true: %d interleaved rounds, hang limit %.0f s\n", reps, limit);
+  // Without Open MPI its columns say "-" (a failed exec has a time too).
+  const bool mpirun = on_path("mpirun");
+  std::printf("launch of /bin/true: %d interleaved rounds, hang limit %.0f s%s\n", reps, limit,
+              mpirun ? "" : " (no mpirun on the PATH: its columns are left empty)");
   for (int r = 0; r < reps; ++r) {
     for (int n : sizes) {
       std::string ns = std::to_string(n);
       res[{"accrun", n}].add(time_command({accrun, "-n", ns, "/bin/true"}, limit));
-      res[{"mpirun", n}].add(time_command({"mpirun", "--oversubscribe", "-n", ns, "/bin/true"}, limit));
+      if (mpirun) res[{"mpirun", n}].add(time_command({"mpirun", "--oversubscribe", "-n", ns, "/bin/true"}, limit));
       res[{"bare", n}].add(bare_loop(n));
     }
   }
@@ -133,9 +167,9 @@ int main(int argc, char** argv) {
     auto& a = res[{"accrun", n}];
     auto& m = res[{"mpirun", n}];
     auto& b = res[{"bare", n}];
-    double am = median(a.times), mm = median(m.times), bm = median(b.times);
-    std::printf("%4d %12.1f %12.1f %12.1f %3d/%-4d %12.2fx %13.2fx\n", n, am * 1e3, mm * 1e3, bm * 1e3, a.hangs,
-                m.hangs, am > 0 ? mm / am : 0, bm > 0 ? am / bm : 0);
+    double am = median(a.times), bm = median(b.times);
+    std::printf("%4d %12.1f %12s %12.1f %3d/%-4d %12s %13.2fx\n", n, am * 1e3, ms_or_dash(m).c_str(), bm * 1e3,
+                a.hangs, m.hangs, ratio_or_dash(m, a).c_str(), bm > 0 ? am / bm : 0);
   }
   std::printf("(hangs: accrun/mpirun runs killed after %.0f s, left out of the medians)\n", limit);
 
@@ -146,16 +180,15 @@ int main(int argc, char** argv) {
       for (int n : {8, 32}) {
         std::string ns = std::to_string(n);
         res[{"accrun-hello", n}].add(time_command({accrun, "-n", ns, hello}, 60));
-        res[{"mpirun-hello", n}].add(time_command({"mpirun", "--oversubscribe", "-n", ns, hello}, 60));
+        if (mpirun) res[{"mpirun-hello", n}].add(time_command({"mpirun", "--oversubscribe", "-n", ns, hello}, 60));
       }
     }
     std::printf("%4s %12s %12s %8s %12s\n", "N", "accrun ms", "mpirun ms", "hangs", "mpirun/acc");
     for (int n : {8, 32}) {
       auto& a = res[{"accrun-hello", n}];
       auto& m = res[{"mpirun-hello", n}];
-      double am = median(a.times), mm = median(m.times);
-      std::printf("%4d %12.1f %12.1f %3d/%-4d %12.2fx\n", n, am * 1e3, mm * 1e3, a.hangs, m.hangs,
-                  am > 0 ? mm / am : 0);
+      std::printf("%4d %12s %12s %3d/%-4d %12s\n", n, ms_or_dash(a).c_str(), ms_or_dash(m).c_str(), a.hangs, m.hangs,
+                  ratio_or_dash(m, a).c_str());
     }
   }
 
@@ -166,11 +199,11 @@ int main(int argc, char** argv) {
     Series& m = res[{"mpirun-spawn", 2}];
     for (int r = 0; r < sreps; ++r) {
       a.add(time_command({accrun, "-n", "2", spawn, "2", "talk"}, 60));
-      m.add(time_command({"mpirun", "--oversubscribe", "-n", "2", spawn, "2", "talk"}, 60));
+      if (mpirun) m.add(time_command({"mpirun", "--oversubscribe", "-n", "2", spawn, "2", "talk"}, 60));
     }
-    double am = median(a.times), mm = median(m.times);
     std::printf("%12s %12s %8s %12s\n", "accrun ms", "mpirun ms", "hangs", "mpirun/acc");
-    std::printf("%12.1f %12.1f %3d/%-4d %12.2fx\n", am * 1e3, mm * 1e3, a.hangs, m.hangs, am > 0 ? mm / am : 0);
+    std::printf("%12s %12s %3d/%-4d %12s\n", ms_or_dash(a).c_str(), ms_or_dash(m).c_str(), a.hangs, m.hangs,
+                ratio_or_dash(m, a).c_str());
   }
 
   // A store group at -n 64 should cost little more than the job itself:
