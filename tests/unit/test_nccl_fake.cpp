@@ -129,6 +129,14 @@ class NcclFake : public ::testing::Test {
     if (dev_ != nullptr) fakes().free_(dev_);
     fake_mode("complete");
   }
+  // A one-member group whose NCCL completes its first call and no later
+  // one, with a timeout of 300 ms.
+  std::unique_ptr<ac::Backend> stuck_after_one(MapRendezvous* rv) {
+    fake_mode("stuck", 1);
+    auto b = make(context(1, rv));
+    if (b != nullptr) b->set_timeout(300);
+    return b;
+  }
   float* dev_ = nullptr;
 };
 
@@ -156,11 +164,9 @@ TEST_F(NcclFake, HostPointersAreRefusedNotHandedToNccl) {
 }
 
 TEST_F(NcclFake, TheOldestStuckOperationTimesOutThoughNewOnesKeepComing) {
-  fake_mode("stuck", 1);
   MapRendezvous rv;
-  auto b = make(context(1, &rv));
+  auto b = stuck_after_one(&rv);
   ASSERT_NE(b, nullptr);
-  b->set_timeout(300);
   const auto t0 = Clock::now();
   Status st;
   while (st.is_ok() && seconds_since(t0) < 5) {
@@ -178,11 +184,9 @@ TEST_F(NcclFake, TheOldestStuckOperationTimesOutThoughNewOnesKeepComing) {
 // stuck call behind a finished one still times out, and says how many
 // calls its entry covers.
 TEST_F(NcclFake, AStuckCallAmongCallsQueuedBackToBackTimesOut) {
-  fake_mode("stuck", 1);
   MapRendezvous rv;
-  auto b = make(context(1, &rv));
+  auto b = stuck_after_one(&rv);
   ASSERT_NE(b, nullptr);
-  b->set_timeout(300);
   const auto t0 = Clock::now();
   for (int i = 0; i < 20; ++i) {
     ASSERT_TRUE(b->allreduce(dev_, dev_, 4, ac::DType::kFloat32, ac::Op::kSum, nullptr).is_ok()) << i;

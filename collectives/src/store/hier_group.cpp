@@ -231,13 +231,17 @@ Status HierGroup::lrecv(int host, void* data, std::size_t len, const Wait& w) {
   // The data goes straight into `data` as it arrives; the signature to head.
   ACCRUN_RETURN_IF_ERROR(links_->recv_split(from, HostLinks::kCollective, sizeof(Sig), static_cast<char*>(data), len,
                                           &head, &placed, w));
+  return check_split(from, head, placed, len);
+}
+
+// What an lrecv took: its signature against this member's call, and its
+// length (`placed`: the data went to its place, so it had the length due).
+Status HierGroup::check_split(int from, const std::string& head, bool placed, std::size_t len) {
   ACCRUN_RETURN_IF_ERROR(check_sig(from, head));
-  if (!placed) {
-    return invalid_usage("group '" + name_ + "': " + op_ + ": " + links_->describe(from) + " sent " +
-                         std::to_string(head.size() - sizeof(Sig)) + " bytes where " + std::to_string(len) +
-                         " were due");
-  }
-  return Status::ok();
+  if (placed) return Status::ok();
+  return invalid_usage("group '" + name_ + "': " + op_ + ": " + links_->describe(from) + " sent " +
+                       std::to_string(head.size() - sizeof(Sig)) + " bytes where " + std::to_string(len) +
+                       " were due");
 }
 
 // lrecv from several hosts at once: every receive is posted before any is
@@ -249,14 +253,7 @@ Status HierGroup::lrecv_all(const std::vector<Into>& from, const Wait& w) {
   for (const Into& f : from)
     splits.push_back(HostLinks::Split{lane_peer(f.host), HostLinks::kCollective, sizeof(Sig), f.dest, f.len, {}});
   ACCRUN_RETURN_IF_ERROR(links_->recv_splits(&splits, w));
-  for (const HostLinks::Split& s : splits) {
-    ACCRUN_RETURN_IF_ERROR(check_sig(s.peer, s.head));
-    if (!s.placed) {
-      return invalid_usage("group '" + name_ + "': " + op_ + ": " + links_->describe(s.peer) + " sent " +
-                           std::to_string(s.head.size() - sizeof(Sig)) + " bytes where " + std::to_string(s.len) +
-                           " were due");
-    }
-  }
+  for (const HostLinks::Split& s : splits) ACCRUN_RETURN_IF_ERROR(check_split(s.peer, s.head, s.placed, s.len));
   return Status::ok();
 }
 

@@ -128,6 +128,7 @@ class HierGroup final : public Backend {
     std::size_t len;
   };
   Status lrecv_all(const std::vector<Into>& from, const Wait& w);
+  Status check_split(int from, const std::string& head, bool placed, std::size_t len);
   Status lrecv_any(int host, std::string* out, const Wait& w);
   Status check_sig(int from, const std::string& message);
   Status leaders_allreduce(char* buf, std::size_t count, DType dt, Op op);

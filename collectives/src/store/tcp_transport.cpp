@@ -436,15 +436,20 @@ Status TcpTransport::recv_message(int peer, Tag tag, std::string* out, const Wai
   return Status::ok();
 }
 
+// A split's message that came whole before its receive was posted: its
+// data goes to `dest` now.
+static void place_if_whole(std::string* head, bool* placed, char* dest, std::size_t keep, std::size_t len) {
+  if (*placed || head->size() != keep + len) return;
+  std::memcpy(dest, head->data() + keep, len);
+  head->resize(keep);
+  *placed = true;
+}
+
 Status TcpTransport::recv_split(int peer, Tag tag, std::size_t keep, char* dest, std::size_t len,
                                 std::string* head, bool* placed, const Wait& w) {
   std::size_t length = 0;
   ACCRUN_RETURN_IF_ERROR(receive_posted(peer, tag, keep, dest, len, false, head, placed, &length, w));
-  if (!*placed && head->size() == keep + len) {
-    std::memcpy(dest, head->data() + keep, len);  // it came before the receive was posted
-    head->resize(keep);
-    *placed = true;
-  }
+  place_if_whole(head, placed, dest, keep, len);
   return Status::ok();
 }
 
@@ -466,15 +471,11 @@ Status TcpTransport::recv_splits(std::vector<Split>* splits, const Wait& w) {
     Split& s = (*splits)[i];
     std::size_t length = 0;
     Status st = take_posted(s.peer, s.tag, &s.head, &s.placed, &length, w);
-    if (st.is_ok() && !s.placed && s.head.size() == s.keep + s.len) {
-      std::memcpy(s.dest, s.head.data() + s.keep, s.len);  // it came before the receive was posted
-      s.head.resize(s.keep);
-      s.placed = true;
-    }
     if (!st.is_ok()) {
       for (std::size_t j = i + 1; j < splits->size(); ++j) unpost((*splits)[j].peer);
       return st;
     }
+    place_if_whole(&s.head, &s.placed, s.dest, s.keep, s.len);
   }
   return Status::ok();
 }
