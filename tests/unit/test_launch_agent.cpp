@@ -41,6 +41,32 @@ TEST(LaunchAgent, CommandWithAndWithoutTemplate) {
   EXPECT_EQ(launch_command("{cmd}", "h9", "x --daemon"), "x --daemon");
 }
 
+// A launch agent that cannot run here is bad input, found before anything
+// starts; what only the shell can resolve is left to it.
+TEST(LaunchAgent, ACommandNotOnThePathIsRefusedBeforeAnythingStarts) {
+  const char* path = "/usr/bin:/bin";
+  EXPECT_TRUE(check_launch_agent("sh -c", path));
+  EXPECT_TRUE(check_launch_agent("/bin/sh -c", path));
+  EXPECT_TRUE(check_launch_agent("env X=1 sh", path));
+  EXPECT_TRUE(check_launch_agent("  A=1 B_2=x sh {host} {cmd}", path));
+  for (const char* shell_decides : {"{cmd}", "\"$RSH\" -x", "exec ssh", "`which ssh`", "~/bin/rsh"})
+    EXPECT_TRUE(check_launch_agent(shell_decides, path)) << shell_decides;
+  Status s = check_launch_agent("nosuch-rsh -p 22", path);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.code(), Code::kInvalidUsage);
+  EXPECT_NE(s.message().find("--launch-agent 'nosuch-rsh -p 22': 'nosuch-rsh' is not on this host's PATH"),
+            std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("nothing was started"), std::string::npos) << s.message();
+  // sh is on /bin but not on this PATH: the PATH given is the one searched.
+  EXPECT_FALSE(check_launch_agent("sh", "/nonexistent"));
+  Status ssh = check_launch_agent("ssh -o BatchMode=yes", "/nonexistent");
+  EXPECT_NE(ssh.message().find("install an ssh client"), std::string::npos) << ssh.message();
+  EXPECT_NE(check_launch_agent("/nonexistent/ssh", path).message().find("/nonexistent/ssh does not exist"),
+            std::string::npos);
+  EXPECT_NE(check_launch_agent("/etc -x", path).message().find("/etc cannot be run"), std::string::npos);
+  EXPECT_FALSE(check_launch_agent("1X=2 sh", "/nonexistent")) << "1X=2 is a command word, not an assignment";
+}
+
 TEST(LaunchAgent, TreeStartsEveryAgentOnceWithinTheFanout) {
   for (int n : {1, 2, 7, 32, 33, 256, 1000}) {
     for (int fanout : {1, 2, 8, 32}) {

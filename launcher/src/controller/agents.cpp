@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 
@@ -93,11 +94,13 @@ Result<std::unique_ptr<AgentSet>> AgentSet::start(const AgentsConfig& config) {
   if (set->config_.fanout < 1) set->config_.fanout = 1;
   set->agents_.resize(config.hosts.size());
   set->hellos_.resize(config.hosts.size());
+  bool remote = false;
+  for (size_t i = 0; i < config.hosts.size(); ++i) remote |= !set->is_local(static_cast<int>(i));
+  if (remote && config.launch_agent != kSrunLaunchAgent)
+    if (Status s = check_launch_agent(config.launch_agent, getenv("PATH")); !s) return s;
   // This host's agent first, before any listening socket exists for it
   // to inherit.
   if (Status s = set->fork_local_agents(); !s) return s;
-  bool remote = false;
-  for (size_t i = 0; i < config.hosts.size(); ++i) remote |= !set->is_local(static_cast<int>(i));
   if (!remote) return set;  // one host: no port opens at all
   auto secret = wire::Secret::generate();
   if (!secret) return secret.status();

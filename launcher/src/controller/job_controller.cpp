@@ -373,7 +373,7 @@ int Controller::start_agents(bool wait, const std::string& prepare_as) {
   auto started = AgentSet::start(config);
   if (!started) {
     say(started.status().message());
-    return 1;
+    return started.status().code() == Code::kInvalidUsage ? 2 : 1;
   }
   agents_ = std::move(*started);
   if (!wait) return 0;

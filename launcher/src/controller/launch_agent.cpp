@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,6 +52,44 @@ std::string launch_command(const std::string& launch_agent, const std::string& h
   // ssh joins its arguments into one command line for the remote shell, so
   // the agent's command line travels as one quoted word.
   return launch_agent + " " + shell_quote(host) + " " + shell_quote(agent_command);
+}
+
+Status check_launch_agent(const std::string& launch_agent, const char* path) {
+  std::istringstream in(launch_agent);
+  std::string word;
+  while (in >> word) {
+    const size_t eq = word.find('=');
+    const bool assignment = eq != std::string::npos && eq > 0 &&
+                            word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") >= eq &&
+                            (word[0] < '0' || word[0] > '9');
+    if (!assignment) break;
+  }
+  if (word.empty() || word.find_first_of("'\"\\$`;&|<>(){}*?[]~#!") != std::string::npos) return Status();
+  for (const char* b : {"exec", "command", "eval", "builtin", ".", ":"})
+    if (word == b) return Status();
+  auto runnable = [](const std::string& file) {
+    struct stat st{};
+    return stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(file.c_str(), X_OK) == 0;
+  };
+  const std::string shown = "--launch-agent '" + launch_agent + "'";
+  if (word.find('/') != std::string::npos) {
+    if (runnable(word)) return Status();
+    return invalid_usage(shown + ": " + word + " " + (access(word.c_str(), F_OK) != 0 ? "does not exist" : "cannot be run") +
+                         " on this host; nothing was started");
+  }
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  for (size_t b = 0; b <= dirs.size();) {
+    size_t e = dirs.find(':', b);
+    if (e == std::string::npos) e = dirs.size();
+    std::string dir = e > b ? dirs.substr(b, e - b) : ".";
+    std::string full = dir + "/" + word;
+    if (runnable(full)) return Status();
+    b = e + 1;
+  }
+  std::string fix = word == "ssh" ? "install an ssh client (Debian: apt-get install openssh-client)"
+                                  : "give its full path";
+  return invalid_usage(shown + ": '" + word + "' is not on this host's PATH; " + fix +
+                       ", or name another launch agent; nothing was started");
 }
 
 std::vector<int> tree_children(int position, int n_agents, int fanout) {

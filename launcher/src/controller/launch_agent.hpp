@@ -38,6 +38,14 @@ std::string shell_quote(std::string_view word);
 std::string launch_command(const std::string& launch_agent, const std::string& host,
                            const std::string& agent_command);
 
+// Bad input before anything starts: the command a launch agent runs first
+// (its first word, past any NAME=value assignments) is looked up on `path`
+// (a PATH value) the way /bin/sh will.  An invalid-usage Status naming
+// --launch-agent when it is a plain word found nowhere, or a path that is
+// not an executable file.  A first word the shell would expand (quotes,
+// $, a {cmd} placeholder, a builtin such as exec) is left to the shell.
+Status check_launch_agent(const std::string& launch_agent, const char* path);
+
 // The agents a node of the launch tree starts.  Tree positions: 0 is the
 // controller, agent i is position i+1; position p starts positions
 // p*fanout+1 ... p*fanout+fanout.  Returns agent indices (< n_agents).
