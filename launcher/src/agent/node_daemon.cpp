@@ -744,7 +744,14 @@ void Daemon::apply_policy() {
   int n = 0;
   for (const auto& [rank, s] : ranks_) n += s.running && !s.failed ? 1 : 0;
   bool output_gone = output_broken_[0] || output_broken_[1];  // already said why
-  if (n > 0 && !terminating_ && !output_gone) say(cfg_.err_fd, "terminating the other " + std::to_string(n) + " rank(s) (--on-failure kill)");
+  // Across hosts the controller ends the other hosts' ranks; this agent
+  // knows only its own.
+  if (!terminating_ && !output_gone) {
+    if (plan_.hosts.size() > 1)
+      say(cfg_.err_fd, "terminating the ranks still running on every host (--on-failure kill)");
+    else if (n > 0)
+      say(cfg_.err_fd, "terminating the other " + std::to_string(n) + " rank(s) (--on-failure kill)");
+  }
   terminate_all(SIGTERM);
 }
 

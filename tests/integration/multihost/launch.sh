@@ -128,6 +128,8 @@ done
 out=$("$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" sh -c '[ "$ACCRUN_RANK" = 5 ] && exit 3; sleep 20' 2>&1)
 check "a remote rank's status is the job's" "^3$" "$?"
 check "the failure names rank and host" "rank 5 on host h3 exited with status 3" "$out"
+check "the others are ended on every host, not counted on one" \
+  "terminating the ranks still running on every host \(--on-failure kill\)" "$out"
 nothing_left "remote failure" "sleep 20"
 
 # 6b. --timeout across hosts: exit 124, each host's agent names its host
