@@ -126,7 +126,7 @@ Result<long long> parse_whole(std::string_view name, const std::string& text, lo
   return v;
 }
 
-// The longest --timeout and --kill-grace (accrun(1) LIMITS): past them the
+// The longest --timeout and --kill-grace (accrun(1), --timeout and --kill-grace): past them the
 // conversion to a deadline would overflow and fire at once.
 constexpr double kMaxTimeoutS = 365.0 * 24 * 3600;  // one year
 constexpr double kMaxKillGraceS = 24.0 * 3600;      // one day

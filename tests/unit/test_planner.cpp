@@ -174,6 +174,23 @@ TEST(Planner, HalfGpusPackTwoRanksPerDevice) {
   EXPECT_EQ(env(p.ranks[0], "ACCRUN_ACCELERATOR_TYPE"), "H100");
 }
 
+// A rank holding devices of two resources hears each one's type (one
+// ACCRUN_ACCELERATOR_TYPE cannot say both); a rank of one resource keeps
+// the one variable.
+TEST(Planner, EachResourcesTypeWhenARankHoldsSeveral) {
+  detect::Inventory inv = host("h", 2, "H100");
+  for (const auto& a : host("h", 2, "ASCEND910B", "huawei", "NPU").accelerators) inv.accelerators.push_back(a);
+  Plan both = ok(spec_of(2, {{"GPU", q("1")}, {"NPU", q("1")}}), {slots(inv, std::nullopt)});
+  for (const auto& r : both.ranks) {
+    EXPECT_EQ(env(r, "ACCRUN_GPU_TYPE"), "H100");
+    EXPECT_EQ(env(r, "ACCRUN_NPU_TYPE"), "ASCEND910B");
+  }
+  Plan one = ok(spec_of(2, {{"NPU", q("1")}}), {slots(inv, std::nullopt)});
+  EXPECT_EQ(env(one.ranks[0], "ACCRUN_ACCELERATOR_TYPE"), "ASCEND910B");
+  EXPECT_EQ(env(one.ranks[0], "ACCRUN_NPU_TYPE"), "<unset>");
+  EXPECT_EQ(env(one.ranks[0], "ACCRUN_GPU_TYPE"), "<unset>");
+}
+
 TEST(Planner, ThirdsNeverDriftOntoAFullDevice) {
   Plan p = ok(spec_of(6, {{"GPU", q("0.3")}}), {slots(host("h", 2), std::nullopt)});
   std::vector<int> ids;

@@ -166,6 +166,7 @@ TEST(RuntimeConfig, ReadsTheLaunchersEnvironment) {
   auto c = read_config({"PMIX_NAMESPACE=accrun.0001", "ACCRUN_RANK=3", "ACCRUN_SIZE=8", "ACCRUN_LOCAL_RANK=1",
                         "ACCRUN_LOCAL_SIZE=4", "ACCRUN_NODE_RANK=1", "ACCRUN_HOST=n1",
                         "ACCRUN_ACCELERATOR_TYPE=H100", "ACCRUN_GPU_IDS=2,3", "ACCRUN_NEURON_CORES_IDS=0",
+                        "ACCRUN_NEURON_CORES_TYPE=TRN1",
                         "ACCRUN_GPU_FRACTION=0.5", "ACCRUN_POD=slice-a", "ACCRUN_ZONE=", "ACCRUN_OVERSUBSCRIBED=1",
                         "ACCRUN_SHM_DIR=/dev/shm/x", "ACCRUN_STORE_SIZE=1G", "ACCRUN_GROUP_INIT_TIMEOUT=2.5",
                         "UNRELATED=1"});
@@ -180,6 +181,8 @@ TEST(RuntimeConfig, ReadsTheLaunchersEnvironment) {
   EXPECT_EQ(c->accelerator_type, "H100");
   EXPECT_EQ(c->accelerator_ids.at("GPU"), (std::vector<int>{2, 3}));
   EXPECT_EQ(c->accelerator_ids.at("NEURON_CORES"), (std::vector<int>{0}));
+  EXPECT_EQ(c->accelerator_types.at("NEURON_CORES"), "TRN1");
+  EXPECT_EQ(c->accelerator_types.count("ACCELERATOR"), 0u);
   EXPECT_EQ(c->fractions.at("GPU"), "0.5");
   EXPECT_EQ(c->pod, "slice-a");
   EXPECT_FALSE(c->zone.has_value());  // empty means unlabelled

@@ -37,7 +37,8 @@ bool slurm_task_variable(const std::string& k) {
 Env filter_inherited(const Env& inherited) {
   Env out;
   for (const auto& [k, v] : inherited) {
-    if (k.rfind("PMIX_", 0) == 0 || k.rfind("OMPI_", 0) == 0 || slurm_task_variable(k)) continue;
+    if (k.rfind("PMIX_", 0) == 0 || k.rfind("PMI_", 0) == 0 || k.rfind("OMPI_", 0) == 0 || slurm_task_variable(k))
+      continue;
     out[k] = v;
   }
   return out;

@@ -16,7 +16,7 @@
 namespace accrun::launcher {
 
 // The environment a rank inherits from accrun: `inherited` without the
-// variables of an enclosing launcher (PMIX_*, OMPI_*, a Slurm step's task
+// variables of an enclosing launcher (PMIX_*, PMI_*, OMPI_*, a Slurm step's task
 // variables).
 Env filter_inherited(const Env& inherited);
 

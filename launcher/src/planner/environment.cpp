@@ -107,6 +107,15 @@ Env RankEnvironment::for_rank(int local_rank, const RankPlan& rank, int cores) c
       if (d.resource == r.slot->name) ids.push_back(d.id);
     }
     env.emplace(r.ids_var, detect::join_ids(ids));
+    // A rank holding devices of several resources: each one's type, which
+    // ACCRUN_ACCELERATOR_TYPE (one type) cannot say (accrun_init(3)).
+    if (resources_.size() > 1 && !ids.empty()) {
+      for (const auto* a : r.slot->devices) {
+        if (a->id != ids.front() || a->type.empty()) continue;
+        env.emplace("ACCRUN_" + ascii_upper(r.slot->name) + "_TYPE", a->type);
+        break;
+      }
+    }
     if (r.provider == nullptr) continue;
     // --visible-devices node: the rank's own first, then the host's others.
     std::vector<int> visible = ids;

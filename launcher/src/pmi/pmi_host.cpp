@@ -169,8 +169,8 @@ Result<int> PmiService::prepare(int rank, Env& env) {
     }
   });
   sockets_.push_back(std::move(s));
-  // An enclosing launcher's PMI variables are not this job's.
-  for (auto it = env.begin(); it != env.end();) it = it->first.rfind("PMI_", 0) == 0 ? env.erase(it) : std::next(it);
+  // (An enclosing launcher's PMI variables never reach here:
+  // filter_inherited drops them; a -x one is the user's.)
   env["PMI_FD"] = std::to_string(sv[1]);
   env["PMI_RANK"] = std::to_string(rank);
   env["PMI_SIZE"] = std::to_string(job_.size);

@@ -278,18 +278,30 @@ INSTANTIATE_TEST_SUITE_P(Sizes, EnvContract, ::testing::Values(1, 4, 32));
 TEST(Launcher, ExportsWdirAndInheritedLauncherVariables) {
   std::string dir = tmpdir() + "/accrun-launcher-wdir-" + std::to_string(getpid());
   mkdir(dir.c_str(), 0755);
-  RunResult r = run({"-n", "2", "-x", "NEWVAR=hello world", "-x", "KEEPME", "-x", "OMPI_MCA_pml=ob1", "--wdir", dir, "sh",
-               "-c", "echo \"$ACCRUN_RANK cwd=$(pwd) new=$NEWVAR keep=$KEEPME pmix=${PMIX_FOO-unset} "
-                     "ompi=${OMPI_FOO-unset} slurm=${SLURM_STEP_ID-unset} pml=$OMPI_MCA_pml plain=$PLAIN\""},
-              {"PMIX_FOO=1", "OMPI_FOO=2", "SLURM_STEP_ID=3", "KEEPME=kept", "PLAIN=yes"});
+  RunResult r = run({"-n", "2", "-x", "NEWVAR=hello world", "-x", "KEEPME", "-x", "OMPI_MCA_pml=ob1", "-x",
+                     "PMI_DEBUG=1", "--wdir", dir, "sh", "-c",
+                     "echo \"$ACCRUN_RANK cwd=$(pwd) new=$NEWVAR keep=$KEEPME pmix=${PMIX_FOO-unset} "
+                     "ompi=${OMPI_FOO-unset} slurm=${SLURM_STEP_ID-unset} pml=$OMPI_MCA_pml plain=$PLAIN "
+                     "pmi_port=${PMI_PORT-unset} pmi_debug=${PMI_DEBUG-unset}\""},
+                    {"PMIX_FOO=1", "OMPI_FOO=2", "SLURM_STEP_ID=3", "KEEPME=kept", "PLAIN=yes", "PMI_PORT=head:5000"});
   rmdir(dir.c_str());
   ASSERT_EQ(r.status, 0) << r.err;
   auto lines = lines_of(r.out);
   ASSERT_EQ(lines.size(), 2u) << r.out;
   for (const auto& l : lines)
-    EXPECT_NE(l.find("cwd=" + dir + " new=hello world keep=kept pmix=unset ompi=unset slurm=unset pml=ob1 plain=yes"),
+    EXPECT_NE(l.find("cwd=" + dir + " new=hello world keep=kept pmix=unset ompi=unset slurm=unset pml=ob1 plain=yes "
+                     "pmi_port=unset pmi_debug=1"),
               std::string::npos)
         << l;
+}
+
+// An enclosing launcher's PMI variables stay out under --mpi pmix too,
+// where accrun sets none of its own.
+TEST(Launcher, InheritedPmiVariablesStayOutUnderPmix) {
+  RunResult r = run({"-n", "1", "--mpi", "pmix", "sh", "-c", "env | grep '^PMI_' | sort | tr '\\n' ' '; echo end"},
+                    {"PMI_PORT=head:5000", "PMI_ID=3", "PMI_SIZE=8"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "end\n");
 }
 
 // --dry-run --json's env is what a launch really adds to each rank's
