@@ -454,7 +454,7 @@ Status HierGroup::allreduce(const void* send, void* recv, std::size_t count, DTy
       return s;
     }));
   }
-  ACCRUN_RETURN_IF_ERROR(local_->reduce(send, recv, count, dt, op, 0, nullptr));
+  ACCRUN_RETURN_IF_ERROR(run(local_->reduce(send, recv, count, dt, op, 0, nullptr)));
   if (leader()) ACCRUN_RETURN_IF_ERROR(run(leaders_allreduce(static_cast<char*>(recv), count, dt, op)));
   return run(local_->broadcast(recv, count, dt, 0, nullptr));
 }

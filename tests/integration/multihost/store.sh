@@ -100,6 +100,16 @@ n=$(grep -c "OK death" <<<"$out")
 [ "$n" = 2 ] && ok "a member dying on another host: both survivors fail naming it ($(elapsed "$t0") s in all)" \
   || bad "a member dying on another host" "$out"
 check "the survivors' error names rank 1" "rank [02]: .*rank 1.*\([0-4]\.[0-9]+ s\)" "$out"
+# Rank 2 leaves the group properly (destroy, finalize, exit 0) on h2; the
+# allreduce that needed it fails on h2 (rank 1 leads the host and stays in
+# the group for 8 s more), and rank 0 on h1 hears at once from rank 1 why,
+# naming rank 2, instead of waiting for rank 1's connection to close.
+out=$("$accrun" --timeout 60 -n 3 -H h1:1,h2:2 --launch-agent "$agent" "$probe" leave 2>&1)
+rc=$?
+[ "$rc" = 0 ] && [ "$(grep -c "^OK leave rank [01]$" <<<"$out")" = 2 ] && grep -q "^rank 2 left the group$" <<<"$out" \
+  && ok "a member leaving properly: the others' allreduce fails naming it" || bad "a member leaving properly (exit $rc)" "$out"
+check "h1 hears from h2's leader why, within 5 s" \
+  "^rank 0: .*group rank 1 \(job rank 1 on host h2\) gave up: .*job rank 2 on h2.*\([0-4]\.[0-9]+ s\)" "$out"
 # During an allreduce loop (1 MiB: the ring between hosts), group rank 1's
 # process on h2 is killed with SIGKILL, then, in a second job, h2's link is
 # set down (--on-failure continue: the controller tells the others that

@@ -216,6 +216,38 @@ void death() {
   accrun_group_destroy(g);
 }
 
+// The last rank leaves the group the proper way (destroy, finalize, exit
+// 0) before the others' allreduce.  Across hosts (h1:1,h2:2) rank 1 leads
+// the leaver's host: its reduce inside the host fails, and it stays alive
+// (in the group) for 8 s.  Rank 0, on the other host, must hear from rank
+// 1 why at once, not wait for rank 1's connection to close.
+void leave() {
+  const int n = accrun_size(), r = accrun_rank();
+  accrun_group_t g;
+  OK(accrun_group_init("leaving", n, r, ACCRUN_BACKEND_STORE, &g));
+  OK(accrun_barrier(g));
+  if (r == n - 1) {
+    OK(accrun_group_destroy(g));
+    OK(accrun_finalize());
+    std::printf("rank %d left the group\n", r);
+    std::fflush(stdout);
+    std::exit(0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  double v = 1, out = 0;
+  const int rc = accrun_allreduce(g, &v, &out, 1, ACCRUN_FLOAT64, ACCRUN_SUM, nullptr);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string msg = accrun_last_error();
+  expect(rc == ACCRUN_ERR_REMOTE, std::string("expected a remote error, got ") + accrun_strerror(rc) + ": " + msg);
+  expect(msg.find("job rank " + std::to_string(n - 1)) != std::string::npos, "error does not name the leaver: " + msg);
+  expect(secs < 5.0, "took " + std::to_string(secs) + " s: " + msg);
+  std::printf("rank %d: %s (%.2f s)\n", r, msg.c_str(), secs);
+  std::fflush(stdout);
+  if (r == 1) std::this_thread::sleep_for(std::chrono::seconds(8));
+  accrun_group_destroy(g);
+}
+
 // Every rank runs allreduces (1 MiB, so the ring between hosts runs) until
 // one fails or 30 s pass; the test kills a rank, or cuts a host off, from
 // outside.  A survivor prints its error and when it came (seconds since the
@@ -275,6 +307,7 @@ int main(int argc, char** argv) {
   else if (mode == "sendrecv") sendrecv();
   else if (mode == "death") death();
   else if (mode == "loop") loop();
+  else if (mode == "leave") leave();
   else if (mode == "badargs") badargs();
   else if (mode == "objects") objects(argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 1);
   else die("unknown scenario " + mode);
