@@ -122,8 +122,22 @@ Status StoreGroup::share_ranges(char* buf, std::size_t count, DType dt, const Ow
 Status StoreGroup::barrier() {
   ACCRUN_RETURN_IF_ERROR(enter("barrier", nullptr));
   if (size_ == 1) return Status::ok();
+  // Each member marks its step as a barrier's: a bare step of the counters
+  // is met by any collective's, so a member calling something else here
+  // (or one that gave up and left) would let the barrier pass.
+  shm_->ctrl(rank_).barrier_seq.store(seq_ + 1, std::memory_order_relaxed);
   const std::uint64_t v = publish();
-  return guard(wait_all(v));
+  ACCRUN_RETURN_IF_ERROR(guard(wait_all(v)));
+  for (int q = 0; q < size_; ++q) {
+    // (A member that has passed this barrier may be in the next one.)
+    if (q == rank_ || shm_->ctrl(q).barrier_seq.load(std::memory_order_relaxed) >= v) continue;
+    // Its step came from another call: say why if it gave up or is gone.
+    ACCRUN_RETURN_IF_ERROR(guard(shm_->check_peer(q, op_)));
+    return guard(invalid_usage(where() + ": members called different collectives: this rank called barrier, " +
+                               shm_->describe(q) + " called another collective at this point; every member must "
+                               "make the same calls in the same order"));
+  }
+  return Status::ok();
 }
 
 }  // namespace accrun::collectives::store

@@ -357,7 +357,11 @@ Status ShmTransport::check_peer(int q, const char* op) const {
   // Flags in the segment: reading them costs no system call.
   for (int o = 0; o < size_; ++o) {
     if (const std::uint32_t code = ctrl(o).broken.load(std::memory_order_acquire); code != 0) {
-      const Code c = static_cast<Code>(code) == Code::kTimeout ? Code::kTimeout : Code::kRemote;
+      // A timeout stays one, and so does a wrong call (members that
+      // disagree: every member's error is the same misuse); the rest is a
+      // peer's failure.
+      const Code theirs = static_cast<Code>(code);
+      const Code c = theirs == Code::kTimeout || theirs == Code::kInvalidUsage ? theirs : Code::kRemote;
       return Status(c, where() + ": " + op + ": group rank " + std::to_string(o) + " gave up: " +
                            std::string(ctrl(o).reason, strnlen(ctrl(o).reason, sizeof ctrl(o).reason)));
     }

@@ -58,11 +58,14 @@ struct alignas(128) Ctrl {
   std::atomic<std::uint64_t> seq;
   std::atomic<std::uint32_t> attached;
   std::int64_t pid;
+  // The step (a value of seq) at which this rank entered a barrier, in the
+  // line its waiters read anyway: a step of seq alone is any call's.
+  std::atomic<std::uint64_t> barrier_seq;
   Box box[2];  // used by rounds of parity 0 and 1, like the slot halves
   // Set when this rank gave up on the group (a dead peer, a timeout), with
   // the reason, so ranks waiting on it fail at once instead of hanging.
   std::atomic<std::uint32_t> broken;
-  char reason[240];
+  char reason[1000];
   std::uint64_t probe_addr;        // an address in this process holding its pid (CMA probe)
   std::atomic<std::uint32_t> cma;  // 1: this rank can read its peer's memory, 2: it cannot
   // Broadcast ring chunks this rank has finished with, per ring (its own
