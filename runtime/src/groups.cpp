@@ -36,6 +36,11 @@ const char* requested_name(int requested) {
   return requested < 0 ? "auto" : collectives::backend_name(static_cast<BackendKind>(requested));
 }
 
+// The next incarnation of each group name, by job and job rank, for
+// managers to come (GroupManager::~GroupManager).
+std::mutex g_epochs_mu;
+std::map<std::pair<std::string, int>, std::map<std::string, std::uint64_t>> g_epochs;
+
 }  // namespace
 
 std::string escape_key_component(const std::string& s) {
@@ -105,7 +110,18 @@ Result<std::string> GroupRendezvous::lookup(const std::string& key, int timeout_
 GroupManager::GroupManager(Directory& dir, PeerTable* peers, SelfInfo self, GroupManagerOptions opts,
                            BackendFactory factory, AutoResolver resolver)
     : dir_(dir), peers_(peers), self_(std::move(self)), opts_(std::move(opts)),
-      factory_(std::move(factory)), resolver_(std::move(resolver)) {}
+      factory_(std::move(factory)), resolver_(std::move(resolver)) {
+  if (opts_.job.empty()) return;
+  std::lock_guard lock(g_epochs_mu);
+  if (auto it = g_epochs.find({opts_.job, self_.member.job_rank}); it != g_epochs.end()) next_epoch_ = it->second;
+}
+
+GroupManager::~GroupManager() {
+  if (opts_.job.empty()) return;
+  std::lock_guard lock(g_epochs_mu);
+  auto& kept = g_epochs[{opts_.job, self_.member.job_rank}];
+  for (const auto& [name, next] : next_epoch_) kept[name] = std::max(kept[name], next);
+}
 
 std::string GroupManager::prefix(const std::string& name, std::uint64_t epoch) const {
   return "accrun.g/" + escape_key_component(name) + "/" + std::to_string(epoch) + "/";

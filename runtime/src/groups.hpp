@@ -79,6 +79,10 @@ struct GroupManagerOptions {
   // Refreshes the facts that change while a program runs (MPI initialised,
   // NCCL loadable) before a group resolves AUTO.  May be empty.
   std::function<void(collectives::MemberFacts&)> refresh_facts;
+  // The job whose directory this is (its PMIx namespace).  Where set, which
+  // incarnation of each name comes next outlives the manager (see
+  // ~GroupManager); empty: it does not.
+  std::string job;
 };
 
 // Creates and destroys groups for one process.  Thread-safe: groups may be
@@ -87,6 +91,11 @@ class GroupManager {
  public:
   GroupManager(Directory& dir, PeerTable* peers, SelfInfo self, GroupManagerOptions opts,
                BackendFactory factory, AutoResolver resolver);
+  // Keeps which incarnation of each name comes next for this job and job
+  // rank past the manager (accrun_finalize frees it): a group declared
+  // again after accrun_init must not meet this process's own record of an
+  // earlier incarnation that another member has not closed yet.
+  ~GroupManager();
   // Joins (name, world_size, rank): blocks until all world_size members have
   // declared it, the init timeout passes (kTimeout naming the missing group
   // ranks) or a member finds the declarations inconsistent (kInvalidUsage).

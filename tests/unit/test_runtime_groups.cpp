@@ -65,7 +65,7 @@ BackendKind fake_resolver(const std::vector<collectives::MemberFacts>& facts, st
 
 // One simulated process.
 struct Proc {
-  Proc(MemoryDirectory& dir, int job_rank, int timeout_ms = 5000, std::vector<int> gpus = {}) {
+  Proc(MemoryDirectory& dir, int job_rank, int timeout_ms = 5000, std::vector<int> gpus = {}, std::string job = {}) {
     SelfInfo self;
     self.member.job_rank = job_rank;
     self.member.host = "h0";
@@ -76,6 +76,7 @@ struct Proc {
     GroupManagerOptions o;
     o.shm_dir = "/nonexistent";
     o.init_timeout_ms = timeout_ms;
+    o.job = std::move(job);
     mgr = std::make_unique<GroupManager>(dir, &peers, self, o, fake_factory, fake_resolver);
   }
   PeerTable peers{"h0"};
@@ -150,6 +151,28 @@ TEST(RuntimeGroups, FastMemberRecreatesBeforeSlowMemberDestroys) {
   ASSERT_TRUE(b.mgr->destroy(*gs[1].value()).is_ok());
   auto gb = b.mgr->create("race", 2, 1, BackendKind::kStore);
   auto ga = fa.get();
+  ASSERT_TRUE(ga.is_ok()) << ga.status().message();
+  ASSERT_TRUE(gb.is_ok()) << gb.status().message();
+  EXPECT_EQ(ga.value()->epoch, 1u);
+  EXPECT_EQ(gb.value()->epoch, 1u);
+}
+
+// accrun_finalize frees the manager; after accrun_init the member declares
+// the name again before the slow member has closed the old incarnation.
+TEST(RuntimeGroups, DeclaredAgainAfterReinitWhileTheOldIncarnationIsOpen) {
+  MemoryDirectory dir;
+  auto a = std::make_unique<Proc>(dir, 0, 5000, std::vector<int>{}, "job-reinit");
+  auto b = std::make_unique<Proc>(dir, 1, 5000, std::vector<int>{}, "job-reinit");
+  auto gs = create_all({a.get(), b.get()}, "reinit", 2, {0, 1});
+  ASSERT_TRUE(gs[0].is_ok() && gs[1].is_ok());
+  ASSERT_TRUE(b->mgr->destroy(*gs[1].value()).is_ok());
+  b.reset();  // accrun_finalize, then accrun_init
+  b = std::make_unique<Proc>(dir, 1, 5000, std::vector<int>{}, "job-reinit");
+  auto fb = std::async(std::launch::async, [&] { return b->mgr->create("reinit", 2, 1, BackendKind::kStore); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(a->mgr->destroy(*gs[0].value()).is_ok());
+  auto ga = a->mgr->create("reinit", 2, 0, BackendKind::kStore);
+  auto gb = fb.get();
   ASSERT_TRUE(ga.is_ok()) << ga.status().message();
   ASSERT_TRUE(gb.is_ok()) << gb.status().message();
   EXPECT_EQ(ga.value()->epoch, 1u);
