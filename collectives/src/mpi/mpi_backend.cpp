@@ -283,14 +283,17 @@ class MpiBackend final : public Backend {
     ACCRUN_RETURN_IF_ERROR(check("allgather", count_per_rank * static_cast<std::size_t>(size_), stream));
     const std::size_t esz = dtype_size(dt);
     const char* my_slot = static_cast<const char*>(recv) + static_cast<std::size_t>(rank_) * count_per_rank * esz;
-    // In place (NCCL's convention): the input already sits in this rank's slot.
-    const void* sb = send == my_slot ? MPI_IN_PLACE : send;
+    // In place: send == recv (accrun_allgather(3), as on the store) or
+    // NCCL's send == this rank's slot; either way the input already sits in
+    // that slot.
+    const void* sb = send == my_slot || send == recv ? MPI_IN_PLACE : send;
     const int n = static_cast<int>(count_per_rank);
     MPI_Datatype t = to_mpi_type(dt, half_);
     if (sb != MPI_IN_PLACE && overlaps(send, count_per_rank * esz, recv, count_per_rank * esz * size_)) {
       return invalid_argument("allgather on group '" + name_ +
                               "': the send buffer overlaps the receive buffer but is not this rank's slot "
-                              "(in place means send == recv + rank * count_per_rank elements)");
+                              "(in place means send == recv, this rank's part already at recv + rank * "
+                              "count_per_rank elements)");
     }
     if (blocking()) return rc_status("MPI_Allgather", MPI_Allgather(sb, n, t, recv, n, t, comm_));
     MPI_Request r;

@@ -181,10 +181,16 @@ class NcclBackend final : public Backend {
     });
   }
   Status allgather(const void* send, void* recv, std::size_t count_per_rank, DType dt, void* stream) override {
+    // In place, as on every backend (accrun_allgather(3)): send == recv means
+    // this rank's part already sits in its slot, which is NCCL's in-place
+    // form.
+    const void* in = send == recv && recv != nullptr
+                         ? static_cast<const char*>(recv) + static_cast<std::size_t>(rank_) * count_per_rank * dtype_size(dt)
+                         : send;
     return run("ncclAllGather",
-               {{send, count_per_rank, "send buffer"}, {recv, count_per_rank * size_, "receive buffer"}}, stream,
+               {{in, count_per_rank, "send buffer"}, {recv, count_per_rank * size_, "receive buffer"}}, stream,
                [&](cudaStream_t s) {
-                 return lib_.ncclAllGather(send, recv, count_per_rank, to_nccl(dt), comm_, s);
+                 return lib_.ncclAllGather(in, recv, count_per_rank, to_nccl(dt), comm_, s);
                });
   }
   Status reducescatter(const void* send, void* recv, std::size_t recv_count, DType dt, Op op, void* stream) override {

@@ -146,6 +146,7 @@ class ExactSuite {
         }
         for (int root : roots()) broadcast(n, d, root);
         for (bool inplace : {false, true}) allgather(n, d, inplace);
+        allgather(n, d, true, true);
       }
     }
     barrier();
@@ -197,15 +198,17 @@ class ExactSuite {
     compare(what, d, buf.data(), n, value);
   }
 
-  void allgather(std::size_t n, DType d, bool inplace) {
+  // In place: send == this rank's slot of recv, or (same_buffer) send ==
+  // recv, the part in the slot all the same.
+  void allgather(std::size_t n, DType d, bool inplace, bool same_buffer = false) {
     const std::size_t es = dt_size(d);
     const std::size_t total = n * static_cast<std::size_t>(size_);
     auto value = [&](int r, std::size_t i) { return static_cast<double>((r * 13 + static_cast<int>(i)) % 100); };
     std::vector<char> send(n * es), recv(total * es);
     char* mine = inplace ? recv.data() + static_cast<std::size_t>(rank_) * n * es : send.data();
     for (std::size_t i = 0; i < n; ++i) store(d, mine, i, value(rank_, i));
-    const std::string what = ctx("allgather", n, d, Op::kSum, inplace);
-    if (!ok(b_.allgather(mine, recv.data(), n, d, nullptr), what)) return;
+    const std::string what = ctx("allgather", n, d, Op::kSum, inplace) + (same_buffer ? " send == recv" : "");
+    if (!ok(b_.allgather(same_buffer ? recv.data() : mine, recv.data(), n, d, nullptr), what)) return;
     compare(what, d, recv.data(), total,
             [&](std::size_t i) { return value(static_cast<int>(i / n), i % n); });
   }
