@@ -49,7 +49,11 @@ Result<std::uint64_t> parse_store_size(const std::string& s, std::uint64_t fs_by
   std::size_t i = 0;
   while (i < v.size() && (std::isdigit(static_cast<unsigned char>(v[i])) || v[i] == '.')) ++i;
   if (i == 0) return invalid_argument("ACCRUN_STORE_SIZE='" + s + "': expected e.g. 512M, 2G or 25%");
-  double n = std::strtod(v.substr(0, i).c_str(), nullptr);
+  const std::string number = v.substr(0, i);
+  char* number_end = nullptr;
+  double n = std::strtod(number.c_str(), &number_end);
+  if (number_end != number.c_str() + number.size())  // "1.2.3", "."
+    return invalid_argument("ACCRUN_STORE_SIZE='" + s + "': '" + number + "' is not a number (e.g. 512M, 2G or 25%)");
   std::string unit = v.substr(i);
   for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   double mult = 0;
@@ -65,6 +69,8 @@ Result<std::uint64_t> parse_store_size(const std::string& s, std::uint64_t fs_by
     return invalid_argument("ACCRUN_STORE_SIZE='" + s + "': unknown unit '" + v.substr(i) +
                             "' (use K, M, G, T or %)");
   }
+  // 2^63 bytes and more cannot be counted (nor held by any host).
+  if (n * mult >= 9.2e18) return invalid_argument("ACCRUN_STORE_SIZE='" + s + "': too large (at most 8E, e.g. 2G)");
   return static_cast<std::uint64_t>(std::llround(n * mult));
 }
 
@@ -119,9 +125,10 @@ Result<RuntimeConfig> read_config(const std::vector<std::string>& environment) {
   if (const auto* s = get("ACCRUN_GROUP_INIT_TIMEOUT")) {
     char* end = nullptr;
     double secs = std::strtod(s->c_str(), &end);
-    if (s->empty() || *end != '\0' || secs <= 0 || secs > 86400)
+    // !(secs > 0): NaN too, which would make the timeout never end.
+    if (s->empty() || *end != '\0' || !(secs > 0) || secs > 86400)
       return invalid_argument("ACCRUN_GROUP_INIT_TIMEOUT='" + *s + "': expected seconds, e.g. 30");
-    c.group_init_timeout_ms = static_cast<int>(secs * 1000);
+    c.group_init_timeout_ms = static_cast<int>(std::ceil(secs * 1000));  // 0.0001 s: 1 ms, not none
   }
   if (const auto* s = get("ACCRUN_GROUP_TIMEOUT")) {
     auto t = collectives::parse_group_timeout(*s);

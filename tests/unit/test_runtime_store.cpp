@@ -160,6 +160,17 @@ TEST(RuntimeConfig, StoreSizeSyntax) {
   EXPECT_EQ(parse_store_size("12Q", 0).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(parse_store_size("lots", 0).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(parse_store_size("150%", 0).status().code(), Code::kInvalidArgument);
+  for (const char* bad : {"1.2.3K", ".", "..M", "99999999999999999999999T", "8192P"})
+    EXPECT_EQ(parse_store_size(bad, 0).status().code(), Code::kInvalidArgument) << bad;
+}
+
+TEST(RuntimeConfig, GroupInitTimeoutIsAFiniteTimeAboveZero) {
+  for (const char* bad : {"nan", "-nan", "NAN", "inf", "0", "-1", "1e9", "30s", ""})
+    EXPECT_EQ(read_config({std::string("ACCRUN_GROUP_INIT_TIMEOUT=") + bad}).status().code(),
+              Code::kInvalidArgument)
+        << bad;
+  EXPECT_EQ(read_config({"ACCRUN_GROUP_INIT_TIMEOUT=0.0001"}).value().group_init_timeout_ms, 1);
+  EXPECT_EQ(read_config({"ACCRUN_GROUP_INIT_TIMEOUT=2.5"}).value().group_init_timeout_ms, 2500);
 }
 
 TEST(RuntimeConfig, ReadsTheLaunchersEnvironment) {
