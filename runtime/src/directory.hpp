@@ -98,7 +98,11 @@ class MemoryDirectory final : public Directory {
 };
 
 // Escapes a user-chosen name for use as one path component of a directory
-// key: '/' and '%' become %2F and %25, so no two names share a key.
+// key: '/' and '%' become %2F and %25, so no two names share a key.  A name
+// whose escaped form passes kMaxEscapedName bytes (a 256-byte name of '/'
+// would be 768, past PMIx's 511-byte keys) becomes "%H" and 32 hex digits
+// of two 64-bit FNV-1a hashes of it, a form escaping never makes.
+constexpr std::size_t kMaxEscapedName = 400;
 std::string escape_key_component(const std::string& s);
 
 }  // namespace accrun::runtime

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <set>
 #include <sstream>
 
@@ -50,7 +51,15 @@ std::string escape_key_component(const std::string& s) {
     else if (c == '%') out += "%25";
     else out += c;
   }
-  return out;
+  if (out.size() <= kMaxEscapedName) return out;
+  auto fnv = [&s](std::uint64_t h) {
+    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+    return h;
+  };
+  char hex[40];
+  std::snprintf(hex, sizeof hex, "%%H%016llx%016llx", static_cast<unsigned long long>(fnv(0xcbf29ce484222325ULL)),
+                static_cast<unsigned long long>(fnv(0x84222325cbf29ce4ULL)));
+  return hex;
 }
 
 std::string encode_record(const MemberRecord& r) {

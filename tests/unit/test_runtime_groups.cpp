@@ -326,6 +326,21 @@ TEST(RuntimeGroups, NamesWithSlashesDoNotCollide) {
   EXPECT_EQ(g2.value()->epoch, 0u);
 }
 
+// A 256-byte name of '/' or '%' (the longest accrun_group_init(3) and
+// accrun_put(3) take) fits PMIx's 511-byte keys with accrun's prefixes.
+TEST(RuntimeGroups, TheLongestNamesFitThePmixKeyLimit) {
+  const std::string slashes(256, '/'), percents(256, '%'), plain(256, 'a');
+  for (const std::string* n : {&slashes, &percents, &plain}) {
+    const std::string k = escape_key_component(*n);
+    EXPECT_LE(("accrun.g/" + k + "/4294967295/rank/2147483647").size(), 511u) << k;
+  }
+  EXPECT_EQ(escape_key_component(plain), plain);  // short enough: kept readable
+  EXPECT_EQ(escape_key_component(slashes).rfind("%H", 0), 0u);
+  EXPECT_NE(escape_key_component(slashes), escape_key_component(percents));
+  EXPECT_NE(escape_key_component(slashes), escape_key_component(std::string(255, '/') + "%"));
+  EXPECT_EQ(escape_key_component(slashes), escape_key_component(std::string(256, '/')));
+}
+
 // Counts the requests a directory gets (the PMIx directory answers each with
 // a round trip to the launcher).
 class CountingDirectory final : public Directory {
