@@ -92,6 +92,43 @@ TEST(StoreMismatch, DtypeAndOpThatDifferAreNamed) {
   });
 }
 
+// Counts on either side of a path's threshold (the small ring, the chunk
+// ring, single copy): the reader looks where the root did not put it.  And
+// two broadcasts whose counts are swapped between the members: each
+// member's first call would meet the root's second.  Either way no data
+// moves to the wrong call and no member waits for the timeout.
+TEST(StoreMismatch, BroadcastCountsOnDifferentPathsOrSwappedFail) {
+  const std::vector<std::pair<std::size_t, std::size_t>> pairs = {{100, 2000}, {2000, 100}, {200'000, 1000}, {1000, 200'000}};
+  for (const auto& [root_n, other_n] : pairs) {
+    World w;
+    w.run(spec("paths", 2, 20'000), [&](int r, Backend& b) {
+      std::vector<std::uint8_t> v(std::max(root_n, other_n), static_cast<std::uint8_t>(r == 0 ? 7 : 0));
+      const auto t0 = std::chrono::steady_clock::now();
+      Status s = b.broadcast(v.data(), r == 0 ? root_n : other_n, DType::kUInt8, 0, nullptr);
+      if (s.is_ok()) s = b.barrier();  // the root hears at its next call
+      // (Which member finds it first varies: the root may be in its next
+      // call already, whose own check then names that call.)
+      EXPECT_EQ(s.code(), Code::kInvalidUsage) << root_n << "/" << other_n << " rank " << r << ": " << s.message();
+      EXPECT_TRUE(has(s, "members called different collectives")) << s.message();
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "waited for the timeout";
+    });
+  }
+  World w;
+  w.run(spec("swapped", 2, 20'000), [&](int r, Backend& b) {
+    std::vector<std::uint8_t> small(100, r == 0 ? 1 : 0), big(2000, r == 0 ? 2 : 0);
+    Status s1 = r == 0 ? b.broadcast(small.data(), 100, DType::kUInt8, 0, nullptr)
+                       : b.broadcast(big.data(), 2000, DType::kUInt8, 0, nullptr);
+    Status s2 = r == 0 ? b.broadcast(big.data(), 2000, DType::kUInt8, 0, nullptr)
+                       : b.broadcast(small.data(), 100, DType::kUInt8, 0, nullptr);
+    if (r == 1) {
+      EXPECT_EQ(s1.code(), Code::kInvalidUsage) << s1.message();
+      EXPECT_TRUE(has(s1, "broadcast #")) << s1.message();
+      EXPECT_EQ(big[0], 0) << "the first call took the root's second broadcast";
+    }
+    EXPECT_FALSE(b.barrier().is_ok()) << "rank " << r;
+  });
+}
+
 TEST(StoreMismatch, ABarrierMetByAnotherCollectiveFailsBoth) {
   World w;
   w.run(spec("bar", 2, 5000), [&](int r, Backend& b) {

@@ -33,6 +33,18 @@ Status StoreGroup::broadcast_part(void* buf, std::size_t count, DType dt, int ro
   ACCRUN_RETURN_IF_ERROR(check_buffers(buf, buf, count, ds));
   if (count == 0 || size_ == 1) return Status::ok();
   sign(Coll::kBroadcast, whole, dt, Op::kSum, root);
+  // Which of the group's broadcasts this is (16 bits of it), in the
+  // signature the root stamps and every reader compares: a reader whose
+  // count sent it another way (the other ring, or single copy) then fails
+  // instead of taking a later call's data or waiting for ever.
+  const std::uint64_t call = ++bcast_calls_ & 0xffff;
+  sig_[0] |= call << kCallShift;
+  Ctrl& me = shm_->ctrl(rank_);
+  auto post = [&] {
+    me.bcast_sig[0] = sig_[0];
+    me.bcast_sig[1] = sig_[1];
+    me.bcast_posted.store(bcast_calls_, std::memory_order_release);
+  };
   char* data = static_cast<char*>(buf);
   const std::size_t total = count * ds;
   // On an oversubscribed host the root would wait for every reader to get
@@ -49,9 +61,17 @@ Status StoreGroup::broadcast_part(void* buf, std::size_t count, DType dt, int ro
       const std::uint64_t addr = reinterpret_cast<std::uint64_t>(data);
       std::memcpy(box(root, h), &addr, sizeof addr);
       publish_box(h);
+      post();
     } else {
       const std::uint64_t v = publish();
-      ACCRUN_RETURN_IF_ERROR(guard(wait_box(root, h, v)));
+      const auto& stamp = shm_->box(root, h).seq;
+      auto ready = [&] { return stamp.load(std::memory_order_acquire) >= v; };
+      if (!ready()) {
+        const Wait w = wait_spec();
+        ACCRUN_RETURN_IF_ERROR(guard(shm_->waiter().until(
+            ready, [&] { return root_went_elsewhere(root, bcast_calls_, true, ready); }, w.deadline,
+            [&] { return shm_->timed_out(w, {root}); })));
+      }
       ACCRUN_RETURN_IF_ERROR(check_box_sig(root, h));
       std::uint64_t addr;
       std::memcpy(&addr, box(root, h), sizeof addr);
@@ -94,12 +114,14 @@ Status StoreGroup::broadcast_part(void* buf, std::size_t count, DType dt, int ro
       s->sig[1] = sig_[1];
       if (!s->seq.compare_exchange_strong(prev, t + 1, std::memory_order_release, std::memory_order_acquire))
         return two_roots();
+      if (off == 0) post();
     } else {
-      if (s->seq.load(std::memory_order_acquire) < t + 1) {
+      auto ready = [&] { return s->seq.load(std::memory_order_acquire) >= t + 1; };
+      if (!ready()) {
         const Wait w = wait_spec();
-        ACCRUN_RETURN_IF_ERROR(guard(shm_->waiter().until([&] { return s->seq.load(std::memory_order_acquire) >= t + 1; },
-                                                          [&] { return shm_->check_peer(root, op_); }, w.deadline,
-                                                          [&] { return shm_->timed_out(w, {root}); })));
+        ACCRUN_RETURN_IF_ERROR(guard(shm_->waiter().until(
+            ready, [&] { return root_went_elsewhere(root, bcast_calls_, off == 0, ready); }, w.deadline,
+            [&] { return shm_->timed_out(w, {root}); })));
       }
       if (s->sig[0] != sig_[0] || s->sig[1] != sig_[1]) {
         // The root's signature, told from its slot.
@@ -110,6 +132,22 @@ Status StoreGroup::broadcast_part(void* buf, std::size_t count, DType dt, int ro
     done.store(t + 1, std::memory_order_release);
   }
   return Status::ok();
+}
+
+template <class Ready>
+Status StoreGroup::root_went_elsewhere(int root, std::uint64_t call, bool first_chunk, Ready ready) {
+  ACCRUN_RETURN_IF_ERROR(shm_->check_peer(root, op_));
+  const Ctrl& c = shm_->ctrl(root);
+  const std::uint64_t posted = c.bcast_posted.load(std::memory_order_acquire);
+  // Posted means its first chunk is in place; the later ones are once the
+  // root has gone on to another broadcast.
+  if (posted < call || (!first_chunk && posted == call) || ready()) return Status::ok();
+  std::uint64_t theirs[2] = {c.bcast_sig[0], c.bcast_sig[1]};
+  if (c.bcast_posted.load(std::memory_order_acquire) != posted) return Status::ok();  // moving: look again
+  Status s = check_sig(root, theirs);
+  if (!s.is_ok()) return s;
+  return guard(invalid_usage(where() + ": members called different collectives: this rank's " + describe_sig(sig_) +
+                             " is not where the root put it; every member must pass the same count, dtype and root"));
 }
 
 }  // namespace accrun::collectives::store

@@ -113,12 +113,15 @@ std::string StoreGroup::describe_sig(const std::uint64_t* sig) {
   const auto dt = static_cast<DType>((sig[1] >> 48) & 0xff);
   const auto op = static_cast<Op>((sig[1] >> 40) & 0xff);
   const int root = static_cast<int>(static_cast<std::uint32_t>(sig[1])) - 1;
+  const std::uint64_t call = sig[0] >> kCallShift;  // broadcasts only
+  const std::uint64_t count = sig[0] & ((std::uint64_t{1} << kCallShift) - 1);
   if (c < 1 || c > 5 || static_cast<unsigned>(dt) > 7 || static_cast<unsigned>(op) > 3) return coll_name(c);
-  std::string s = std::string(coll_name(c)) + " of " + std::to_string(sig[0]) + " " + dtype_name(dt);
+  std::string s = std::string(coll_name(c)) + " of " + std::to_string(count) + " " + dtype_name(dt);
   if (c == 4 || c == 5) s += " per rank";
   if (c != 3 && c != 4) s += std::string(" (") + op_name(op) + ")";
   if (c == 2) s += " to root " + std::to_string(root);
   if (c == 3) s += " from root " + std::to_string(root);
+  if (c == 3 && call != 0) s += " (the group's broadcast #" + std::to_string(call) + ")";
   return s;
 }
 

@@ -168,6 +168,17 @@ class StoreGroup final : public Backend {
     std::uint64_t known_min = 0;  // every rank's bc_done for it is known to be at least this
   };
   BRingState bring_[2];
+  // This member's broadcasts on the group so far (broadcast_part calls): the
+  // same count on every member making the same calls.  Stamped into a
+  // broadcast's signature (kCallShift) so that a member whose call went
+  // another way is caught.
+  std::uint64_t bcast_calls_ = 0;
+  static constexpr int kCallShift = 48;
+  // Fails when the root has posted broadcast `call` (or, for a chunk past
+  // the first, a later one) while `ready` still says this member's place
+  // for it is empty: the root's call went another way.
+  template <class Ready>
+  Status root_went_elsewhere(int root, std::uint64_t call, bool first_chunk, Ready ready);
   const char* op_ = "setup";
   bool ok_ = true;
   Status broken_;

@@ -61,6 +61,10 @@ struct alignas(128) Ctrl {
   // The step (a value of seq) at which this rank entered a barrier, in the
   // line its waiters read anyway: a step of seq alone is any call's.
   std::atomic<std::uint64_t> barrier_seq;
+  // The last broadcast this rank posted as its root (StoreGroup's count of
+  // the group's broadcasts) and that call's signature, written first.
+  std::atomic<std::uint64_t> bcast_posted;
+  std::uint64_t bcast_sig[2];
   Box box[2];  // used by rounds of parity 0 and 1, like the slot halves
   // Set when this rank gave up on the group (a dead peer, a timeout), with
   // the reason, so ranks waiting on it fail at once instead of hanging.
