@@ -258,6 +258,31 @@ TEST(StoreBuffer, SendsPastThePairBoundWaitForTheReceiver) {
   for (auto& th : threads) th.join();
 }
 
+// Sends to itself past the bound: only its own receive could make room,
+// and its calls run one at a time, so it fails at once instead of waiting
+// out the timeout; what it holds is still received whole.
+TEST(StoreBuffer, SendsToItselfPastTheBoundFailAtOnce) {
+  World w;
+  store::Tuning t;
+  t.ring_bytes = 64 << 10;
+  t.pair_buffer_max = 1 << 20;
+  MemRendezvous rv;
+  const GroupSpec g = spec("self", 1, 20'000);
+  auto b = store::make_store_backend_tuned(w.context(g, 0, &rv), t);
+  ASSERT_TRUE(b.is_ok()) << b.status().message();
+  const std::size_t n = (768u << 10) / sizeof(std::int32_t);
+  std::vector<std::int32_t> m(n, 5), got(n, 0);
+  ASSERT_TRUE((*b)->send(m.data(), n, DType::kInt32, 0, nullptr).is_ok());
+  const auto start = Clock::now();
+  Status s = (*b)->send(m.data(), n, DType::kInt32, 0, nullptr);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(1));
+  EXPECT_EQ(s.code(), Code::kInvalidUsage) << s.message();
+  EXPECT_TRUE(has(s, "to itself") && has(s, "receive what it sent")) << s.message();
+  ASSERT_TRUE((*b)->recv(got.data(), n, DType::kInt32, 0, nullptr).is_ok());
+  EXPECT_EQ(got[n - 1], 5);
+  EXPECT_TRUE((*b)->send(m.data(), n, DType::kInt32, 0, nullptr).is_ok()) << "room again after the receive";
+}
+
 // ---- a full /dev/shm
 
 // Runs body in a child process that sees a private 8 MiB tmpfs on

@@ -431,6 +431,15 @@ Status ShmChannel::send(const void* buf, std::size_t len, const Wait& w) {
   const std::uint64_t spilled = rc.spilled.load(std::memory_order_relaxed);
   auto held = [&] { return spilled - rc.unspilled.load(std::memory_order_acquire); };
   if (held() > 0 && held() + len > t_.tun_.pair_buffer_max) {
+    // Only this member can take what it sent itself, and not while its
+    // send waits (a group's calls run one at a time): it would wait out
+    // the timeout and then name itself.
+    if (peer_ == me)
+      return invalid_usage(t_.where() + ": " + w.op + " to itself of " + std::to_string(len) + " bytes: with " +
+                           std::to_string(held()) + " bytes it sent itself not yet received, that passes the " +
+                           std::to_string(t_.tun_.pair_buffer_max >> 20) +
+                           " MiB a pair of members may hold buffered, and only its own receive could make room; "
+                           "receive what it sent before sending more");
     ACCRUN_RETURN_IF_ERROR(t_.waiter_.until(
         [&] { return held() == 0 || held() + len <= t_.tun_.pair_buffer_max; }, check, w.deadline, late));
   }
