@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,6 +58,44 @@ TEST(StoreDeparture, MemberThatLeftNormallyDoesNotFailOthersCalls) {
     EXPECT_EQ(s.code(), Code::kRemote) << s.message();
     EXPECT_TRUE(has(s, "job rank 2")) << s.message();
   });
+}
+
+// Messages sent to a member that has destroyed its group are never read:
+// their side files go when the sender destroys its own (they stayed in the
+// job's directory until the job ended).
+TEST(StoreDeparture, SideFilesForAMemberThatLeftGoWithTheSender) {
+  World w;
+  store::Tuning t;
+  t.ring_bytes = 64 << 10;
+  MemRendezvous rv;
+  const GroupSpec g = spec("leftfiles", 2, 20'000);
+  auto side_files = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(w.dir.path()))
+      n += e.path().filename().string().find("-p0-") != std::string::npos ? 1 : 0;
+    return n;
+  };
+  std::atomic<bool> left{false};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto b = store::make_store_backend_tuned(w.context(g, r, &rv), t);
+      ASSERT_TRUE(b.is_ok()) << b.status().message();
+      ASSERT_TRUE((*b)->barrier().is_ok());
+      if (r == 1) {
+        b->reset();  // accrun_group_destroy
+        left = true;
+        return;
+      }
+      while (!left) std::this_thread::yield();
+      std::vector<char> m(1 << 20, 'x');
+      for (int k = 0; k < 2; ++k) ASSERT_TRUE((*b)->send(m.data(), m.size(), DType::kUInt8, 1, nullptr).is_ok());
+      EXPECT_EQ(side_files(), 2);
+      b->reset();
+      EXPECT_EQ(side_files(), 0);
+    });
+  }
+  for (auto& th : threads) th.join();
 }
 
 // ---- mismatched arguments

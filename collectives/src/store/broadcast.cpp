@@ -41,8 +41,8 @@ Status StoreGroup::broadcast_part(void* buf, std::size_t count, DType dt, int ro
   sig_[0] |= call << kCallShift;
   Ctrl& me = shm_->ctrl(rank_);
   auto post = [&] {
-    me.bcast_sig[0] = sig_[0];
-    me.bcast_sig[1] = sig_[1];
+    me.bcast_sig[0].store(sig_[0], std::memory_order_relaxed);
+    me.bcast_sig[1].store(sig_[1], std::memory_order_relaxed);
     me.bcast_posted.store(bcast_calls_, std::memory_order_release);
   };
   char* data = static_cast<char*>(buf);
@@ -142,8 +142,12 @@ Status StoreGroup::root_went_elsewhere(int root, std::uint64_t call, bool first_
   // Posted means its first chunk is in place; the later ones are once the
   // root has gone on to another broadcast.
   if (posted < call || (!first_chunk && posted == call) || ready()) return Status::ok();
-  std::uint64_t theirs[2] = {c.bcast_sig[0], c.bcast_sig[1]};
-  if (c.bcast_posted.load(std::memory_order_acquire) != posted) return Status::ok();  // moving: look again
+  const std::uint64_t theirs[2] = {c.bcast_sig[0].load(std::memory_order_relaxed),
+                                   c.bcast_sig[1].load(std::memory_order_relaxed)};
+  std::atomic_thread_fence(std::memory_order_acquire);
+  // A root in its next broadcast may be rewriting them: look again later.
+  // (What they say only words the error: the mismatch is established.)
+  if (c.bcast_posted.load(std::memory_order_relaxed) != posted) return Status::ok();
   Status s = check_sig(root, theirs);
   if (!s.is_ok()) return s;
   return guard(invalid_usage(where() + ": members called different collectives: this rank's " + describe_sig(sig_) +

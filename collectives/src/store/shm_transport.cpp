@@ -87,18 +87,24 @@ ShmTransport::~ShmTransport() {
     if (fd_ >= 0) close(fd_);
     return;
   }
-  // Side files of messages sent to this rank and never received.
-  for (int src = 0; src < size_; ++src) {
-    RingCtrl& rc = ring_ctrl(src, rank_);
-    std::uint64_t head = rc.head.load(std::memory_order_relaxed);
+  // Side files of messages from src to dst that dst never received.
+  auto sweep = [this](int src, int dst) {
+    RingCtrl& rc = ring_ctrl(src, dst);
+    std::uint64_t head = rc.head.load(std::memory_order_acquire);
     const std::uint64_t tail = rc.tail.load(std::memory_order_acquire);
     while (head < tail) {
       Frame f;
-      ring_read(src, rank_, head, &f, sizeof f);
+      ring_read(src, dst, head, &f, sizeof f);
       if (f.kind == kFrameSpill) unlink(spill_path(src, f.id).c_str());
       head += sizeof(Frame) + (f.kind == kFrameInline ? round_up(f.len, 8) : 0);
     }
-  }
+  };
+  for (int src = 0; src < size_; ++src) sweep(src, rank_);
+  // This rank has left (2): what is sent to it from now on is never read,
+  // and its senders remove those files as they leave in turn.
+  ctrl(rank_).attached.store(2, std::memory_order_release);
+  for (int dst = 0; dst < size_; ++dst)
+    if (dst != rank_ && ctrl(dst).attached.load(std::memory_order_acquire) == 2) sweep(rank_, dst);
   munmap(seg_, seg_bytes_);
   if (fd_ >= 0) close(fd_);
 }

@@ -64,7 +64,7 @@ struct alignas(128) Ctrl {
   // The last broadcast this rank posted as its root (StoreGroup's count of
   // the group's broadcasts) and that call's signature, written first.
   std::atomic<std::uint64_t> bcast_posted;
-  std::uint64_t bcast_sig[2];
+  std::atomic<std::uint64_t> bcast_sig[2];  // relaxed; bcast_posted orders them
   Box box[2];  // used by rounds of parity 0 and 1, like the slot halves
   // Set when this rank gave up on the group (a dead peer, a timeout), with
   // the reason, so ranks waiting on it fail at once instead of hanging.
