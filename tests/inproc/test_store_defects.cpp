@@ -251,11 +251,18 @@ TEST(StoreTimeout, NamesTheCallAndThePeersThatHadNotArrived) {
 
 // ---- buffered sends: the bound per pair
 
-TEST(StoreBuffer, SendsPastThePairBoundWaitForTheReceiver) {
-  World w;
+// A 64 KiB ring per pair and a 1 MiB bound on side files, so that a few
+// messages of 768 KiB reach the bound.
+store::Tuning small_buffers() {
   store::Tuning t;
   t.ring_bytes = 64 << 10;
   t.pair_buffer_max = 1 << 20;
+  return t;
+}
+
+TEST(StoreBuffer, SendsPastThePairBoundWaitForTheReceiver) {
+  World w;
+  const store::Tuning t = small_buffers();
   MemRendezvous rv;
   const GroupSpec g = spec("bound", 2, 20'000);
   const std::size_t n = (768u << 10) / sizeof(std::int32_t);
@@ -302,9 +309,7 @@ TEST(StoreBuffer, SendsPastThePairBoundWaitForTheReceiver) {
 // out the timeout; what it holds is still received whole.
 TEST(StoreBuffer, SendsToItselfPastTheBoundFailAtOnce) {
   World w;
-  store::Tuning t;
-  t.ring_bytes = 64 << 10;
-  t.pair_buffer_max = 1 << 20;
+  const store::Tuning t = small_buffers();
   MemRendezvous rv;
   const GroupSpec g = spec("self", 1, 20'000);
   auto b = store::make_store_backend_tuned(w.context(g, 0, &rv), t);
