@@ -23,6 +23,7 @@
 
 #include "accrun/config.h"
 #include "store/host_links.hpp"
+#include "store/tcp_transport.hpp"
 #include "store_harness.hpp"
 
 namespace accrun::collectives::testing {
@@ -475,6 +476,66 @@ TEST_P(StoreHosts, ReceivesPostedAtOnceThatGiveUpLeaveTheirMessagesWholeAndTheir
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     for (const auto& f : first) EXPECT_EQ(std::count(f.begin(), f.end(), 'x'), static_cast<long>(n));
+    const char done = 1;
+    for (int q = 1; q < 4; ++q) ASSERT_TRUE(links.send(q, HostLinks::kP2p, &done, 1, wait).is_ok());
+  });
+}
+
+TEST(StoreHostsTcp, AReceivePostedWhileAMessageIsHalfReadReadsNoFurther) {
+  // 8,000 messages of 8 KiB queued at once.  Rank 0 takes the first half as
+  // they come (its socket's buffer grows to keep up), then lets the socket
+  // fill, then takes one message whole: that read ends inside a message.
+  // The receives after it, each posted for its own buffer, must still take
+  // what lies in the socket one message at a time, not read on while the
+  // sender keeps the socket full.
+  constexpr int kMessages = 8000;
+  constexpr std::size_t kBytes = 8192;
+  with_links("tcp", "half-read", [&](int r, store::HostLinks& links, const store::Wait& wait) {
+    using store::HostLinks;
+    if (r > 0) {
+      if (r == 1) {
+        for (int k = 0; k < kMessages; ++k) {
+          const auto data = bytes_of(k, kBytes);
+          const std::uint64_t head = static_cast<std::uint64_t>(k);
+          ASSERT_TRUE(links.send2(0, HostLinks::kCollective, &head, sizeof head, data.data(), kBytes, wait).is_ok());
+        }
+      }
+      char done = 0;
+      std::size_t got = 0;
+      ASSERT_TRUE(links.recv(0, HostLinks::kP2p, &done, 1, &got, wait).is_ok());
+      return;
+    }
+    auto& tcp = dynamic_cast<store::TcpTransport&>(links);
+    std::size_t most = 0;
+    int most_at = 0;
+    std::vector<char> in(kBytes);
+    for (int k = 0; k < kMessages; ++k) {
+      std::string head;
+      bool placed = false;
+      if (k == kMessages / 2) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        ASSERT_TRUE(links.recv_message(1, HostLinks::kCollective, &head, wait).is_ok());
+        ASSERT_EQ(head.size(), sizeof(std::uint64_t) + kBytes);
+        std::memcpy(in.data(), head.data() + sizeof(std::uint64_t), kBytes);
+        head.resize(sizeof(std::uint64_t));
+      } else {
+        Status s = links.recv_split(1, HostLinks::kCollective, sizeof(std::uint64_t), in.data(), kBytes, &head,
+                                    &placed, wait);
+        ASSERT_TRUE(s.is_ok()) << "message " << k << ": " << s.message();
+        ASSERT_TRUE(placed) << "message " << k;
+      }
+      std::uint64_t got = 0;
+      std::memcpy(&got, head.data(), sizeof got);
+      ASSERT_EQ(got, static_cast<std::uint64_t>(k));
+      ASSERT_TRUE(in == bytes_of(k, kBytes)) << "message " << k;
+      if (k > kMessages / 2 && tcp.buffered(1) > most) {
+        most = tcp.buffered(1);
+        most_at = k;
+      }
+    }
+    // A stage, and the message it ends in, at most.
+    EXPECT_LE(most, std::size_t{80} << 10) << "after receive " << most_at << ", " << most
+                                           << " bytes were read ahead of the receives";
     const char done = 1;
     for (int q = 1; q < 4; ++q) ASSERT_TRUE(links.send(q, HostLinks::kP2p, &done, 1, wait).is_ok());
   });

@@ -424,16 +424,10 @@ Status TcpTransport::recv(int peer, Tag tag, void* data, std::size_t max_len, st
 }
 
 Status TcpTransport::recv_message(int peer, Tag tag, std::string* out, const Wait& w) {
-  Link& l = links_[static_cast<std::size_t>(peer)];
-  auto find = [&] {
-    return std::find_if(l.inbox.begin(), l.inbox.end(), [&](const Message& m) { return m.tag == tag; });
-  };
-  ACCRUN_RETURN_IF_ERROR(
-      wait_for([&] { return find() != l.inbox.end(); }, peer, w, "a message", tag == kCollective));
-  auto it = find();
-  *out = std::move(it->bytes);
-  l.inbox.erase(it);
-  return Status::ok();
+  // Posted with no buffer of its own, so that reading stops at its message.
+  bool placed = false;
+  std::size_t length = 0;
+  return receive_posted(peer, tag, 0, nullptr, 0, false, out, &placed, &length, w);
 }
 
 // A split's message that came whole before its receive was posted: its
@@ -523,6 +517,13 @@ void TcpTransport::unpost(int peer) {
       break;
     }
   }
+}
+
+std::size_t TcpTransport::buffered(int peer) const {
+  const Link& l = links_[static_cast<std::size_t>(peer)];
+  std::size_t n = l.stage_end - l.stage_at + l.body.size() + l.spill.size();
+  for (const Message& m : l.inbox) n += m.bytes.size();
+  return n;
 }
 
 Status TcpTransport::flush(const Wait& w) {
@@ -734,12 +735,14 @@ void TcpTransport::read_link(int peer) {
   if (l.post.active && l.post.done) return;
   // Where body byte `at` (of the frame) belongs.
   auto place = [&l](std::size_t at) { return at < l.body_keep ? l.body.data() + at : l.direct + (at - l.body_keep); };
-  // Whether the message just finished was the posted receive's: the caller
-  // has what it waits for.
+  // Whether the caller has what it waits for: a message of the posted
+  // receive's tag finished, placed in its buffer or not (begun while no
+  // receive was posted, or of another length).  Nothing more is parsed or
+  // read then; reading on would take in whatever the sender streams.
   bool posted_done = false, finished = false;
   auto finish = [&l, &posted_done, &finished] {
     finished = true;
-    posted_done = posted_done || (l.post.matched && l.direct == l.post.dest && l.direct != nullptr);
+    posted_done = posted_done || (l.post.active && l.in_tag == l.post.tag);
     l.post.done = l.post.done || posted_done;
     if (l.direct != nullptr && !l.spill.empty() && l.direct == l.spill.data()) {
       // Its receive gave up: the message is whole here, for a later one.

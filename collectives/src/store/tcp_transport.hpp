@@ -89,6 +89,9 @@ class TcpTransport final : public Transport, public HostLinks {
   // Waits until everything queued has been handed to the kernel.
   Status flush(const Wait& w) override;
   std::string describe(int peer) const override;
+  // Bytes read from peer's connection that no receive has taken yet: whole
+  // messages waiting, the one being read, and what is staged unparsed.
+  std::size_t buffered(int peer) const;
   // The lower rank of each pair connects, the higher waits for it: one
   // connection per pair, whoever sends first.
   Status pair_up(const std::vector<int>& peers, const Wait& w) override;
