@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -35,6 +36,7 @@
 #include "accrun/strings.hpp"
 #include "config.hpp"
 #include "directory.hpp"
+#include "fork_guard.hpp"
 #include "groups.hpp"
 #include "object_store.hpp"
 #include "peers.hpp"
@@ -163,9 +165,13 @@ int fail(const Status& st) {
   return static_cast<int>(st.code());
 }
 
-// Runs f at the C boundary: Status → code, exceptions → codes.
+// Runs f at the C boundary: Status → code, exceptions → codes.  In a
+// child forked after accrun_init only the calls that read (reads_only)
+// run (fork_guard.hpp).
 template <class F>
-int boundary(const char* fn, F&& f) noexcept {
+int boundary(const char* fn, F&& f, bool reads_only = false) noexcept {
+  if (rt::forked_child().load(std::memory_order_relaxed) && !reads_only) [[unlikely]]
+    return fail(rt::forked_child_error(fn));
   try {
     Status st = f();
     if (st.is_ok()) return ACCRUN_SUCCESS;
@@ -538,11 +544,24 @@ ACCRUN_API int accrun_init(void) {
     auto r = std::make_unique<Runtime>();
     ACCRUN_RETURN_IF_ERROR(init_runtime(*r));
     g_runtime = r.release();
+    // A child forked from here on inherits the state, not the right to use it.
+    static std::once_flag fork_handler;
+    std::call_once(fork_handler, [] {
+      ::pthread_atfork(nullptr, nullptr, [] {
+        if (g_runtime != nullptr) rt::forked_child().store(true, std::memory_order_relaxed);
+      });
+    });
     return Status::ok();
   });
 }
 
 ACCRUN_API int accrun_finalize(void) {
+  if (rt::forked_child().load(std::memory_order_relaxed)) [[unlikely]] {
+    // A forked child's finalize (at its exit, say) leaves the parent's
+    // directory, keys and connection alone: the copy is simply dropped.
+    g_runtime = nullptr;
+    return ACCRUN_SUCCESS;
+  }
   return boundary("accrun_finalize", []() -> Status {
     std::unique_lock lock(g_state_mu);
     if (g_runtime == nullptr) return not_initialised();
@@ -580,7 +599,7 @@ ACCRUN_API int accrun_accelerator_ids(const char* resource, int* ids, int max_id
     for (std::size_t i = 0; i < v.size() && i < static_cast<std::size_t>(max_ids); ++i) ids[i] = v[i];
     *count = static_cast<int>(v.size());
     return Status::ok();
-  });
+  }, /*reads_only=*/true);
 }
 
 ACCRUN_API const char* accrun_accelerator_type(const char* resource) {
@@ -652,7 +671,7 @@ ACCRUN_API int accrun_group_rank(accrun_group_t g) {
   int out = -1;
   int rc = boundary("accrun_group_rank", [&] {
     return with_group(g, [&](const accrun_group_s&, rt::Group& grp) { out = grp.rank; return Status::ok(); });
-  });
+  }, /*reads_only=*/true);
   return rc == ACCRUN_SUCCESS ? out : -1;
 }
 
@@ -660,7 +679,7 @@ ACCRUN_API int accrun_group_size(accrun_group_t g) {
   int out = -1;
   int rc = boundary("accrun_group_size", [&] {
     return with_group(g, [&](const accrun_group_s&, rt::Group& grp) { out = grp.size; return Status::ok(); });
-  });
+  }, /*reads_only=*/true);
   return rc == ACCRUN_SUCCESS ? out : -1;
 }
 

@@ -4,12 +4,15 @@
 #include "accrun/accrun.h"
 #include "accrun/backend.hpp"
 #include "accrun/log.hpp"
+#include "fork_guard.hpp"
 
 #define ACCRUN_API extern "C" __attribute__((visibility("default")))
 
 ACCRUN_API int accrun_init_mpi(int* argc, char*** argv) {
   try {
-    accrun::Status st = accrun::collectives::mpi_init_owned(argc, argv);
+    accrun::Status st = accrun::runtime::forked_child().load(std::memory_order_relaxed)
+                            ? accrun::runtime::forked_child_error("accrun_init_mpi")
+                            : accrun::collectives::mpi_init_owned(argc, argv);
     if (st.is_ok()) return ACCRUN_SUCCESS;
     accrun::log(accrun::LogLevel::kError, "%s", st.message().c_str());
     return static_cast<int>(st.code());

@@ -336,4 +336,62 @@ TEST(RuntimeApi, FinalizeWhileAnotherThreadCalls) {
   EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
 }
 
+TEST(RuntimeApi, AForkedChildCannotUseTheLibraryNorUndoItsParent) {
+  // Only the process that called accrun_init uses its job state; a child
+  // forked after it (a data-loader worker, a shell-out) gets a clear error
+  // from every call that would act, and its accrun_finalize (at exit, say)
+  // returns at once without touching the parent's directory, group or keys.
+  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS) << accrun_last_error();
+  accrun_group_t g;
+  ASSERT_EQ(accrun_group_init("parent", 1, 0, ACCRUN_BACKEND_STORE, &g), ACCRUN_SUCCESS) << accrun_last_error();
+  const char msg[] = "kept";
+  ASSERT_EQ(accrun_put("before", msg, sizeof msg), ACCRUN_SUCCESS) << accrun_last_error();
+  const auto dirs = lone_dirs();
+  ASSERT_EQ(dirs.size(), 1u);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Each failed check is one letter on the pipe; nothing written is a pass.
+    auto fail = [&](char c) { (void)!write(pipe_fds[1], &c, 1); };
+    if (accrun_rank() != 0 || accrun_size() != 1) fail('r');  // what it inherited, read only
+    int v = 1, out = 0;
+    if (accrun_allreduce(g, &v, &out, 1, ACCRUN_INT32, ACCRUN_SUM, nullptr) != ACCRUN_ERR_INVALID_USAGE) fail('a');
+    if (std::string(accrun_last_error()).find("fork") == std::string::npos) fail('m');
+    if (accrun_put("child", msg, sizeof msg) != ACCRUN_ERR_INVALID_USAGE) fail('p');
+    accrun_group_t g2;
+    if (accrun_group_init("child", 1, 0, ACCRUN_BACKEND_STORE, &g2) != ACCRUN_ERR_INVALID_USAGE) fail('g');
+    if (accrun_init() != ACCRUN_ERR_INVALID_USAGE) fail('i');
+    if (accrun_finalize() != ACCRUN_SUCCESS) fail('f');
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  int st = 0;
+  for (int i = 0; i < 500 && waitpid(child, &st, WNOHANG) == 0; ++i) usleep(10'000);
+  if (waitpid(child, &st, WNOHANG) == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &st, 0);
+    FAIL() << "the child did not return from its calls within 5 s";
+  }
+  std::string letters;
+  char c;
+  while (read(pipe_fds[0], &c, 1) == 1) letters += c;
+  close(pipe_fds[0]);
+  EXPECT_EQ(letters, "") << "r: getters, a: allreduce, m: message, p: put, g: group_init, i: init, f: finalize";
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  // The parent goes on as before.
+  EXPECT_EQ(lone_dirs(), dirs);
+  int v = 2, out = 0;
+  EXPECT_EQ(accrun_allreduce(g, &v, &out, 1, ACCRUN_INT32, ACCRUN_SUM, nullptr), ACCRUN_SUCCESS) << accrun_last_error();
+  EXPECT_EQ(out, 2);
+  char buf[16] = {};
+  size_t len = 0;
+  EXPECT_EQ(accrun_get("before", buf, sizeof buf, &len, 0), ACCRUN_SUCCESS) << accrun_last_error();
+  EXPECT_STREQ(buf, msg);
+  EXPECT_EQ(accrun_group_destroy(g), ACCRUN_SUCCESS);
+  EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
+  EXPECT_TRUE(lone_dirs().empty());
+}
+
 }  // namespace

@@ -2,7 +2,10 @@
 // test_runtime_integration under a real `accrun`.  argv[1] picks the
 // scenario; every check prints "FAIL ..." and the rank exits 1, and a rank
 // that passes prints "OK <scenario>".
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <atomic>
 #include <chrono>
@@ -293,6 +296,43 @@ void badargs() {
   }
 }
 
+// A child forked after accrun_init, on every rank: its calls are refused
+// and its exit (accrun_finalize, then exit's handlers) returns at once,
+// leaving its parent's connection, group and keys working.
+void forked() {
+  const int n = accrun_size(), r = accrun_rank();
+  accrun_group_t g;
+  OK(accrun_group_init("forked", n, r, ACCRUN_BACKEND_STORE, &g));
+  const pid_t child = fork();
+  expect(child >= 0, "fork");
+  if (child == 0) {
+    int v = 0;
+    if (accrun_put("from-child", &v, sizeof v) != ACCRUN_ERR_INVALID_USAGE) _exit(3);
+    if (accrun_barrier(g) != ACCRUN_ERR_INVALID_USAGE) _exit(4);
+    if (accrun_finalize() != ACCRUN_SUCCESS) _exit(5);
+    std::exit(0);
+  }
+  int st = 0;
+  for (int i = 0; i < 500 && waitpid(child, &st, WNOHANG) == 0; ++i) usleep(10'000);
+  if (waitpid(child, &st, WNOHANG) == 0) {
+    kill(child, SIGKILL);
+    die("the forked child did not exit within 5 s");
+  }
+  expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the forked child's checks: status " + std::to_string(st));
+  std::int64_t mine = r, sum = 0;
+  OK(accrun_allreduce(g, &mine, &sum, 1, ACCRUN_INT64, ACCRUN_SUM, nullptr));
+  expect(sum == std::int64_t(n) * (n - 1) / 2, "sum after the fork");
+  const std::string key = "after-fork." + std::to_string(r);
+  OK(accrun_put(key.c_str(), &mine, sizeof mine));
+  const std::string theirs = "after-fork." + std::to_string((r + 1) % n);
+  std::int64_t got = -1;
+  std::size_t len = 0;
+  OK(accrun_get(theirs.c_str(), &got, sizeof got, &len, 10'000));
+  expect(got == (r + 1) % n, "the next rank's key after the fork");
+  OK(accrun_barrier(g));
+  OK(accrun_group_destroy(g));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -309,6 +349,7 @@ int main(int argc, char** argv) {
   else if (mode == "loop") loop();
   else if (mode == "leave") leave();
   else if (mode == "badargs") badargs();
+  else if (mode == "forked") forked();
   else if (mode == "objects") objects(argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 1);
   else die("unknown scenario " + mode);
   OK(accrun_finalize());

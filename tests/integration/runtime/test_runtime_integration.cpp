@@ -83,4 +83,10 @@ TEST(RuntimeIntegration, WrongUseIsAnErrorNotAHang) {
   EXPECT_EQ(count(r.output, "OK badargs"), 2) << r.output;
 }
 
+TEST(RuntimeIntegration, AChildForkedAfterInitLeavesItsParentWorking) {
+  auto r = accrun("-n 2 " + kProbe + " forked", 30);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(count(r.output, "OK forked"), 2) << r.output;
+}
+
 }  // namespace
