@@ -392,6 +392,7 @@ Status init_runtime(Runtime& r) {
   go.store_tcp_congestion = r.cfg.store_tcp_congestion;
   go.init_timeout_ms = r.cfg.group_init_timeout_ms;
   go.data_timeout_ms = r.cfg.group_timeout_ms;
+  go.job_size = r.size;
   if (const char* ns = std::getenv("PMIX_NAMESPACE"); ns != nullptr && r.cfg.pmix_server) go.job = ns;
   go.refresh_facts = [](coll::MemberFacts& f) {
     f.mpi_initialized = coll::mpi_initialized();

@@ -190,6 +190,17 @@ Result<std::shared_ptr<Group>> GroupManager::create(const std::string& name, int
       remember(epoch + 1);
       return invalid_usage(reason);
     }
+    if (opts_.job_size > 0 && world_size > opts_.job_size) {
+      // Refused before this member's record is published, the incarnation
+      // left open: a member that declares another world size still finds
+      // this one's and fails at once, and one that declares the same size
+      // fails here too.
+      remember(epoch + 1);
+      return invalid_argument(label + ": world size " + std::to_string(world_size) +
+                              " is larger than the job, which has " + std::to_string(opts_.job_size) +
+                              (opts_.job_size == 1 ? " rank" : " ranks") +
+                              ": a group's members are ranks of the job, one each (accrun -n sets how many)");
+    }
     const std::string my_key = p + "rank/" + std::to_string(rank);
     if (Status st = dir_.publish(my_key, my_record); !st) {
       if (st.code() != Code::kInvalidUsage) return st.with_context(label);

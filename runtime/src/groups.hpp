@@ -83,6 +83,9 @@ struct GroupManagerOptions {
   // incarnation of each name comes next outlives the manager (see
   // ~GroupManager); empty: it does not.
   std::string job;
+  // The job's number of ranks: a group larger can never gather (each member
+  // is a rank of the job) and fails at once.  0: unknown, not checked.
+  int job_size = 0;
 };
 
 // Creates and destroys groups for one process.  Thread-safe: groups may be

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -163,6 +164,14 @@ TEST(RuntimeApi, GroupArgumentErrors) {
       << accrun_last_error();
   EXPECT_EQ(accrun_group_init("g", 1, -1, ACCRUN_BACKEND_STORE, &g), ACCRUN_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(accrun_group_init("g", 1, 0, static_cast<accrun_backend_t>(9), &g), ACCRUN_ERR_INVALID_ARGUMENT);
+  // More members than the job has ranks can never gather: at once, not
+  // after the init timeout.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(accrun_group_init("g", 100000, 0, ACCRUN_BACKEND_STORE, &g), ACCRUN_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(accrun_last_error()).find("world size 100000 is larger than the job, which has 1 rank:"),
+            std::string::npos)
+      << accrun_last_error();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
   EXPECT_EQ(g, nullptr);
   EXPECT_EQ(accrun_group_rank(nullptr), -1);
   EXPECT_EQ(accrun_group_size(nullptr), -1);

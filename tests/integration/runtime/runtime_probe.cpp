@@ -274,10 +274,19 @@ void loop() {
 void badargs() {
   const int r = accrun_rank();
   accrun_group_t g;
-  // World sizes that disagree: an error on both sides, quickly.
+  // World sizes that disagree: an error on both sides, quickly.  Rank 1's
+  // is larger than the job (2 ranks): refused at once if it comes first.
   int rc = accrun_group_init("sizes", r == 0 ? 2 : 3, r, ACCRUN_BACKEND_STORE, &g);
-  expect(rc == ACCRUN_ERR_INVALID_USAGE, std::string("disagreeing sizes: ") + accrun_strerror(rc));
+  expect(rc == ACCRUN_ERR_INVALID_USAGE || (r == 1 && rc == ACCRUN_ERR_INVALID_ARGUMENT),
+         std::string("disagreeing sizes: ") + accrun_strerror(rc));
   expect(std::string(accrun_last_error()).find("world size") != std::string::npos, accrun_last_error());
+  // A world size larger than the job can never gather: refused at once.
+  const auto t0 = std::chrono::steady_clock::now();
+  rc = accrun_group_init("too-big", 5, r, ACCRUN_BACKEND_STORE, &g);
+  expect(rc == ACCRUN_ERR_INVALID_ARGUMENT, std::string("world size 5 of 2: ") + accrun_strerror(rc));
+  expect(std::string(accrun_last_error()).find("larger than the job, which has 2 ranks") != std::string::npos,
+         accrun_last_error());
+  expect(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(500), "world size 5 of 2: slow");
   // Two members claiming one rank.
   rc = accrun_group_init("claim", 2, 0, ACCRUN_BACKEND_STORE, &g);
   expect(rc == ACCRUN_ERR_INVALID_USAGE, std::string("two claim rank 0: ") + accrun_strerror(rc));
@@ -290,9 +299,9 @@ void badargs() {
   OK(accrun_group_destroy(g));
   // A member that never comes: the timeout names it (ACCRUN_GROUP_INIT_TIMEOUT=1).
   if (r == 0) {
-    rc = accrun_group_init("lonely", 3, 0, ACCRUN_BACKEND_STORE, &g);
+    rc = accrun_group_init("lonely", 2, 0, ACCRUN_BACKEND_STORE, &g);
     expect(rc == ACCRUN_ERR_TIMEOUT, std::string("missing member: ") + accrun_strerror(rc));
-    expect(std::string(accrun_last_error()).find("group ranks 1, 2 of 3") != std::string::npos, accrun_last_error());
+    expect(std::string(accrun_last_error()).find("group rank 1 of 2") != std::string::npos, accrun_last_error());
   }
 }
 
