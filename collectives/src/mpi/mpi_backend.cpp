@@ -375,7 +375,11 @@ class MpiBackend final : public Backend {
     ACCRUN_RETURN_IF_ERROR(check_peer("recv", peer));
     const int n = static_cast<int>(count);
     MPI_Datatype t = to_mpi_type(dt, half_);
-    if (blocking()) return rc_status("MPI_Recv", MPI_Recv(buf, n, t, peer, kP2pTag, comm_, MPI_STATUS_IGNORE));
+    if (blocking()) {
+      const int rc = MPI_Recv(buf, n, t, peer, kP2pTag, comm_, MPI_STATUS_IGNORE);
+      if (rc == MPI_SUCCESS) [[likely]] return Status::ok();
+      return truncated(rc) ? too_small("recv", peer, count * dtype_size(dt)) : rc_status("MPI_Recv", rc);
+    }
     MPI_Request r;
     int rc = MPI_Irecv(buf, n, t, peer, kP2pTag, comm_, &r);
     if (rc != MPI_SUCCESS) return rc_status("MPI_Irecv", rc);
@@ -384,7 +388,26 @@ class MpiBackend final : public Backend {
       return Status::ok();
     }
     // A lone receive that times out is cancelled, so the group stays usable.
-    return wait_all("MPI_Irecv", &r, 1, /*cancel_on_timeout=*/true, peer);
+    Status st = wait_all("MPI_Irecv", &r, 1, /*cancel_on_timeout=*/true, peer);
+    if (st.code() == Code::kSystem && truncated(last_rc_)) {
+      broken_ = Status::ok();  // the receive completed: nothing else is affected
+      return too_small("recv", peer, count * dtype_size(dt));
+    }
+    return st;
+  }
+
+  // Whether an MPI error says a message was longer than its receive buffer.
+  static bool truncated(int rc) {
+    int cls = MPI_SUCCESS;
+    return rc != MPI_SUCCESS && MPI_Error_class(rc, &cls) == MPI_SUCCESS && cls == MPI_ERR_TRUNCATE;
+  }
+
+  // As the store says it, but MPI has taken the message (cut): it is gone.
+  Status too_small(const char* what, int peer, std::size_t bytes) const {
+    return invalid_argument("group '" + name_ + "': " + what + ": the message from " + describe(peer) +
+                            " is larger than the " + std::to_string(bytes) +
+                            " bytes the receive buffer holds; MPI received it cut short, so it is lost: "
+                            "receive with a buffer as large as the message sent");
   }
 
   Status group_start() override {
@@ -571,8 +594,20 @@ class MpiBackend final : public Backend {
     std::uint64_t spins = 0;
     for (;;) {
       int done = 0;
-      int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+      // One request's error is the call's own; several report theirs in
+      // their statuses (MPI_ERR_IN_STATUS), which are kept to name it.
+      int rc = n == 1 ? MPI_Test(reqs, &done, MPI_STATUS_IGNORE) : MPI_Testall(n, reqs, &done, statuses(n));
       if (rc != MPI_SUCCESS) {
+        if (rc == MPI_ERR_IN_STATUS) {
+          for (int i = 0; i < n; ++i) {
+            const int e = statuses_[static_cast<std::size_t>(i)].MPI_ERROR;
+            if (e != MPI_SUCCESS && e != MPI_ERR_PENDING) {
+              rc = e;
+              break;
+            }
+          }
+        }
+        last_rc_ = rc;
         broken_ = rc_status(call, rc);
         return broken_;
       }
@@ -596,6 +631,11 @@ class MpiBackend final : public Backend {
     }
   }
 
+  MPI_Status* statuses(int n) {
+    if (statuses_.size() < static_cast<std::size_t>(n)) statuses_.resize(static_cast<std::size_t>(n));
+    return statuses_.data();
+  }
+
   static bool cancel(MPI_Request& r) {
     if (MPI_Cancel(&r) != MPI_SUCCESS) return false;
     MPI_Status s;
@@ -612,6 +652,8 @@ class MpiBackend final : public Backend {
   std::vector<Member> members_;
   bool oversubscribed_;
   int timeout_ms_;
+  int last_rc_ = MPI_SUCCESS;             // the MPI error wait_all saw last
+  std::vector<MPI_Status> statuses_;      // wait_all's, for several requests
   const PeerMonitor* peers_;
   MPI_Comm comm_;
   const HalfTypes& half_;

@@ -196,6 +196,35 @@ void send_first(Job& job) {
   }
 }
 
+// A receive into a buffer smaller than the message: INVALID_ARGUMENT
+// saying so (not MPI's bare error), on the path with a timeout and the
+// blocking one, and the group goes on.
+void short_receive(Job& job) {
+  if (job.size < 2) return;
+  Group g = make_group(job, "short", 1, iota_ranks(job.size));
+  job.check(g.backend != nullptr, "create group 'short': " + g.status.message());
+  if (!g.backend || job.rank > 1) return;
+  for (int timeout : {20000, -1}) {
+    g.backend->set_timeout(timeout);
+    const std::string when = " (timeout " + std::to_string(timeout) + ")";
+    std::vector<std::int32_t> big(100, 7), small(10, 0);
+    if (job.rank == 0) {
+      accrun::Status st = g.backend->send(big.data(), big.size(), ac::DType::kInt32, 1, nullptr);
+      job.check(st.is_ok(), "send 100 ints" + when + ": " + st.message());
+      st = g.backend->send(small.data(), small.size(), ac::DType::kInt32, 1, nullptr);
+      job.check(st.is_ok(), "then 10 ints" + when + ": " + st.message());
+    } else {
+      accrun::Status st = g.backend->recv(small.data(), small.size(), ac::DType::kInt32, 0, nullptr);
+      job.check(st.code() == Code::kInvalidArgument &&
+                    st.message().find("larger than the 40 bytes the receive buffer holds") != std::string::npos &&
+                    st.message().find("group rank 0") != std::string::npos,
+                "100 ints into a receive of 10 is an argument error naming the sender" + when + ": " + st.message());
+      st = g.backend->recv(small.data(), small.size(), ac::DType::kInt32, 0, nullptr);
+      job.check(st.is_ok(), "the next receive, of the right size, works" + when + ": " + st.message());
+    }
+  }
+}
+
 // Ranks 0 and 1 create two groups over {0, 1} in opposite orders: each
 // waits for the other at its own first group, and both must fail with an
 // error that names the creation-order rule instead of hanging.
@@ -315,6 +344,7 @@ int main(int argc, char** argv) {
   } else {
     world_suite(job);
     send_first(job);
+    short_receive(job);
     order_mismatch(job);
     if (provided == MPI_THREAD_MULTIPLE) threads_multiple(job);
   }
