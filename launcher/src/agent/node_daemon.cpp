@@ -297,6 +297,7 @@ class Daemon final : public ClientEvents, public DaemonControl {
   void record_failure(RankState& r, int status, const std::string& kind, const std::string& how, bool quiet = false);
   void apply_policy();
   void terminate_all(int sig);
+  void pass_on(int sig);
   void reap();
   void handle_signal(const signalfd_siginfo& si);
   void read_output(OutStream& s);
@@ -386,6 +387,7 @@ class Daemon final : public ClientEvents, public DaemonControl {
 
   std::optional<int> exit_code_;        // the first decisive event's status
   bool terminating_ = false;            // we have signalled the ranks
+  int passed_signal_ = 0;               // a signal this agent heard on its own and passed to its ranks
   int interrupts_ = 0;
   std::optional<Clock::time_point> job_deadline_;
   std::optional<Clock::time_point> kill_deadline_;
@@ -791,7 +793,12 @@ void Daemon::reap() {
     if (WIFSIGNALED(st)) {
       int sig = WTERMSIG(st);
       bool output_gone = output_broken_[0] || output_broken_[1];
-      record_failure(r, 128 + sig, "signal", "was killed by " + signal_name(sig), sig == SIGPIPE && output_gone);
+      std::string how = "was killed by " + signal_name(sig);
+      if (passed_signal_ != 0) {
+        how += std::string(" (this host's agent received ") + sigabbrev_np(passed_signal_) + " and passed it on" +
+               (sig == passed_signal_ ? ")" : ", then killed it)");
+      }
+      record_failure(r, 128 + sig, "signal", how, sig == SIGPIPE && output_gone);
     } else if (WIFEXITED(st)) {
       int code = WEXITSTATUS(st);
       if (r.aborted) {
@@ -824,16 +831,26 @@ void Daemon::handle_signal(const signalfd_siginfo& si) {
   }
   ++interrupts_;
   if (interrupts_ == 1) {
-    if (!exit_code_) exit_code_ = 128 + sig;
     say(cfg_.err_fd, std::string("received ") + sigabbrev_np(sig) + ", forwarding it to the ranks (again to kill them)");
     // Forwarded as it came: SIGINT stays SIGINT, so programs that handle
-    // Ctrl-C see Ctrl-C.
-    terminating_ = true;
-    policy_pending_ = false;
-    terminate_all(sig);
+    // Ctrl-C see Ctrl-C.  This agent heard it on its own (scancel of its
+    // step, a kill on its host), not through the controller: the ranks it
+    // ends are failures as any other, which the controller reports naming
+    // them and answers with the job's failure policy.
+    passed_signal_ = sig;
+    pass_on(sig);
+    if (!kill_deadline_)
+      kill_deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(cfg_.kill_grace_s * 1000));
   } else {
-    terminate_all(SIGKILL);
+    pass_on(SIGKILL);
   }
+}
+
+// Signals the running ranks without taking their deaths for ours: they are
+// reported as failures.
+void Daemon::pass_on(int sig) {
+  for (auto& [rank, s] : ranks_)
+    if (s.running) signal_group(s.pid, sig);
 }
 
 void Daemon::close_stream(OutStream& s) {
@@ -1458,7 +1475,11 @@ int Daemon::loop() {
     if (policy_deadline_ && now >= *policy_deadline_) apply_policy();
     if (kill_deadline_ && now >= *kill_deadline_) {
       kill_deadline_.reset();
-      terminate_all(SIGKILL);
+      if (passed_signal_ != 0 && !terminating_) {
+        pass_on(SIGKILL);
+      } else {
+        terminate_all(SIGKILL);
+      }
     }
     if (drain_deadline && now >= *drain_deadline) break;
   }

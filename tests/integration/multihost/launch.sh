@@ -233,6 +233,12 @@ ends "kill -9 of the agent on h2" 5 '"$tb" hx h2 pkill -9 -o -f -- "accrun --dae
 check "the lost host is named" "host h2: .*lost" "$(cat "$state/scratch/end.out")"
 # h2 relays h3's and h4's fences in a chain of agents: they end as well.
 ends "kill -9 of the agent on h2, inside a chain (--fanout 1)" 5 '"$tb" hx h2 pkill -9 -o -f -- "accrun --daemon"' --fanout 1
+# An agent that hears SIGTERM itself (scancel of its step, a kill on its
+# host) passes it to its ranks, whose deaths are failures like any other.
+ends "SIGTERM to the agent on h3" 5 '"$tb" hx h3 pkill -TERM -o -f -- "accrun --daemon"'
+check "it ends with the ranks' status" "^143$" "$rc"
+check "the rank, its host and the cause are named" \
+  "rank [45] on host h3 was killed by SIGTERM .*this host's agent received TERM and passed it on" "$(cat "$state/scratch/end.out")"
 ends "h3's link down" 5 'ip link set vt-h3 down'
 ip link set vt-h3 up
 check "the silent host is named" "host h3: no word from its agent" "$(cat "$state/scratch/end.out")"
