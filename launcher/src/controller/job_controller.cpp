@@ -130,6 +130,14 @@ class Controller {
   std::map<std::pair<int, std::string>, size_t> contributed_;  // (agent, signature) -> count
   std::map<std::string, size_t> completed_;                    // signature -> rounds done
   std::set<int> participants(const std::string& signature) const;
+  // Hosts lost under --on-failure continue: a fence with ranks there can
+  // never complete, so each of its rounds is answered with a failure, to
+  // every agent that contributed, as its contributions come (direct fences
+  // only; along a launch tree a lost agent also cuts off the parts below it).
+  std::set<int> lost_;
+  bool lost_participant(const std::string& signature) const;
+  void fail_rounds(const std::string& signature);
+  void fence_failed(int agent, const std::string& signature);
   // Whole-job fences along the launch tree (agent/tree_links.hpp): each
   // agent's parent agent (-1: it sends to the controller itself), when the
   // tree carries them; empty when every agent fences here directly.
@@ -533,6 +541,33 @@ std::set<int> Controller::participants(const std::string& signature) const {
   return out;
 }
 
+bool Controller::lost_participant(const std::string& signature) const {
+  if (lost_.empty() || !fence_parent_.empty()) return false;
+  for (int a : participants(signature))
+    if (lost_.count(a) != 0) return true;
+  return false;
+}
+
+void Controller::fence_failed(int agent, const std::string& signature) {
+  if (done_[static_cast<size_t>(agent)]) return;
+  wire::Writer w;
+  w.str(signature);
+  w.boolean(false);
+  w.bytes("", 0);
+  agents_->send(agent, msg::kFenceDone, w.data());
+}
+
+void Controller::fail_rounds(const std::string& signature) {
+  auto& q = rounds_[signature];
+  while (!q.empty()) {
+    log(LogLevel::kDebug, "fence %s: round %zu fails, a participant's host was lost", signature.c_str(),
+        completed_[signature] + 1);
+    for (auto& [a, part] : q.front().parts) fence_failed(a, signature);
+    q.pop_front();
+    ++completed_[signature];
+  }
+}
+
 void Controller::plan_fence_tree() {
   fence_parent_.clear();
   const std::vector<int>& tree = agents_->tree();
@@ -703,6 +738,9 @@ void Controller::on_lost(int agent, const std::string& why) {
     // The job goes on without the host: every other host's ranks hear that
     // its ranks are lost, as of any failed rank.
     say("host " + host + ": " + why + "; its ranks are lost, the others go on (--on-failure continue)");
+    lost_.insert(agent);
+    for (auto& [sig, q] : rounds_)
+      if (!q.empty() && lost_participant(sig)) fail_rounds(sig);
     for (size_t r = 0; r < plan_.ranks.size(); ++r) {
       if (agent_of_host_[static_cast<size_t>(plan_.ranks[r].host)] != agent) continue;
       peer_failed(static_cast<int>(r), 1, "lost",
@@ -765,9 +803,14 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       for (auto& [a, blob] : fence->parts) {
         if (!carries_for(agent, a)) return on_lost(agent, "sent a fence contribution of another agent's");
         size_t k = contributed_[{a, sig}]++;
+        if (k < base) {  // its round failed already (a participant's host was lost)
+          fence_failed(a, sig);
+          continue;
+        }
         while (q.size() <= k - base) q.emplace_back();
         q[k - base].parts[a] = std::move(blob);
       }
+      if (lost_participant(sig)) return fail_rounds(sig);
       // Complete rounds in order, as soon as every participant is in.  A
       // whole-job round along the tree is answered to the top of the tree,
       // which passes it down; any other to each participant.

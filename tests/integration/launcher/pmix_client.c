@@ -33,6 +33,17 @@ int main(int argc, char** argv) {
     sleep(30); /* the survivors are terminated by accrun */
     return 0;
   }
+  /* argv[1] "fence-after=S": sleeps S seconds, then fences the whole job
+   * and prints how the fence ended (one with a lost host's ranks fails,
+   * never hangs) */
+  if (argc > 1 && strncmp(argv[1], "fence-after=", 12) == 0) {
+    sleep((unsigned)atoi(argv[1] + 12));
+    rc = PMIx_Fence(NULL, 0, NULL, 0);
+    printf("fence rank %u: %s\n", me.rank, PMIx_Error_string(rc));
+    fflush(stdout);
+    PMIx_Finalize(NULL, 0);
+    return 0;
+  }
   pmix_proc_t wild;
   PMIX_LOAD_PROCID(&wild, me.nspace, PMIX_RANK_WILDCARD);
   pmix_value_t* val = NULL;

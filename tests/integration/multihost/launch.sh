@@ -239,6 +239,16 @@ ends "SIGTERM to the agent on h3" 5 '"$tb" hx h3 pkill -TERM -o -f -- "accrun --
 check "it ends with the ranks' status" "^143$" "$rc"
 check "the rank, its host and the cause are named" \
   "rank [45] on host h3 was killed by SIGTERM .*this host's agent received TERM and passed it on" "$(cat "$state/scratch/end.out")"
+# Under --on-failure continue a whole-job fence that waits for a lost
+# host's ranks fails on the others, instead of waiting for ever.
+t0=$(now)
+out=$(timeout 30 "$accrun" -n 8 --on-failure continue --hostfile "$hosts" --launch-agent "$agent" \
+  "$pmix_client" fence-after=2 2>&1 &
+  sleep 1; "$tb" hx h2 pkill -9 -o -f -- "accrun --daemon"; wait)
+check "a fence with a lost host's ranks fails on the 6 others" "^6$" "$(grep -c "^fence rank [014567]: ERROR" <<<"$out")"
+took=$(elapsed "$t0")
+if awk -v t="$took" 'BEGIN{exit !(t <= 10)}'; then ok "and the job ends in $took s"; else bad "the job took $took s" "$out"; fi
+nothing_left "a lost host under --on-failure continue" "accrun --daemon"
 ends "h3's link down" 5 'ip link set vt-h3 down'
 ip link set vt-h3 up
 check "the silent host is named" "host h3: no word from its agent" "$(cat "$state/scratch/end.out")"
