@@ -88,9 +88,21 @@ Resolved resolve_program(const std::string& program, const std::string& path,
     if (S_ISDIR(st.st_mode) || access(candidate.c_str(), X_OK) != 0) return 126;
     return 0;
   };
+  // The rank runs in wdir: a relative name (or PATH entry) is taken from
+  // there and made absolute, since the child changes into wdir (itself
+  // perhaps relative) before its exec.
+  auto from_wdir = [&](const std::string& p) {
+    if (p[0] == '/' || !wdir) return p;
+    std::string base = *wdir;
+    if (base.empty() || base[0] != '/') {
+      char cwd[4096];
+      if (getcwd(cwd, sizeof cwd) == nullptr) return *wdir + "/" + p;
+      base = base.empty() ? std::string(cwd) : std::string(cwd) + "/" + base;
+    }
+    return base + "/" + p;
+  };
   if (program.find('/') != std::string::npos) {
-    std::string candidate = program;
-    if (program[0] != '/' && wdir) candidate = *wdir + "/" + program;
+    std::string candidate = from_wdir(program);
     r.status = check(candidate);
     r.path = candidate;
     if (r.status == 127) r.message = "'" + program + "': no such file";
@@ -105,7 +117,7 @@ Resolved resolve_program(const std::string& program, const std::string& path,
     if (end == std::string::npos) end = path.size();
     std::string dir = path.substr(pos, end - pos);
     if (dir.empty()) dir = ".";
-    std::string candidate = dir + "/" + program;
+    std::string candidate = from_wdir(dir + "/" + program);
     int s = check(candidate);
     if (s == 0) {
       r.path = candidate;

@@ -33,7 +33,8 @@ void add_launch_env(Env& env, int rank, const std::string& jobid, const std::str
 bool parse_cpus(const std::string& list, cpu_set_t* set);
 
 // Finds `program` the way execvp would, in `path` (relative names with a
-// slash are taken relative to `wdir`).  Returns the path to exec, or the
+// slash, and relative PATH entries, are taken relative to `wdir`, and the
+// path returned is then absolute).  Returns the path to exec, or the
 // exit status (127 not found, 126 not executable) and a message.
 struct Resolved {
   std::string path;

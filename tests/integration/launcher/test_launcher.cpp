@@ -295,6 +295,26 @@ TEST(Launcher, ExportsWdirAndInheritedLauncherVariables) {
         << l;
 }
 
+// A relative --wdir with a relative program: the program is looked up from
+// the directory once (not from the directory inside it, where a decoy waits).
+TEST(Launcher, ARelativeProgramUnderARelativeWdirIsTheOneInIt) {
+  const std::string base = "accrun-wdir-rel-" + std::to_string(getpid());
+  ASSERT_TRUE(std::filesystem::create_directories(base + "/d/d"));
+  auto script = [](const std::string& path, const std::string& says) {
+    std::ofstream(path) << "#!/bin/sh\necho " << says << "\n";
+    chmod(path.c_str(), 0755);
+  };
+  script(base + "/d/tell", "right");
+  script(base + "/d/d/tell", "decoy");
+  RunResult r = run({"-n", "2", "--wdir", base + "/d", "./tell"});
+  RunResult path = run({"--wdir", base, "-x", "PATH=d:/usr/bin:/bin", "tell"});
+  std::filesystem::remove_all(base);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "right\nright\n") << r.err;
+  EXPECT_EQ(path.status, 0) << path.err;
+  EXPECT_EQ(path.out, "right\n") << path.err;
+}
+
 // An enclosing launcher's PMI variables stay out under --mpi pmix too,
 // where accrun sets none of its own.
 TEST(Launcher, InheritedPmiVariablesStayOutUnderPmix) {
