@@ -919,6 +919,9 @@ int Daemon::run() {
 // unusable directory is bad input (status 2) with nothing started.
 int Daemon::prepare_output_dir() {
   const std::string& dir = *cfg_.output_dir;
+  // What this call made, removed again if it refuses: a refused run changes
+  // nothing in DIR (no file is truncated before every one has passed).
+  std::vector<std::string> made_files, made_dirs;
   auto give_up = [&](const std::string& why) {
     refuse("--output-dir " + dir + ": " + why);
     for (int& fd : output_files_) {
@@ -926,6 +929,8 @@ int Daemon::prepare_output_dir() {
       fd = -1;
     }
     output_files_.clear();
+    for (const std::string& f : made_files) unlink(f.c_str());
+    for (auto d = made_dirs.rbegin(); d != made_dirs.rend(); ++d) rmdir(d->c_str());
     return 2;
   };
   auto fail = [&](const std::string& path, int err) { return give_up("cannot create " + path + ": " + std::strerror(err)); };
@@ -967,7 +972,11 @@ int Daemon::prepare_output_dir() {
   for (int r : local_ranks_) {
     const std::string name = "rank." + std::to_string(r);
     const std::string rdir = dir + "/" + name;
-    if (mkdirat(dfd.fd, name.c_str(), 0755) != 0 && errno != EEXIST) return fail(rdir, errno);
+    if (mkdirat(dfd.fd, name.c_str(), 0755) == 0) {
+      made_dirs.push_back(rdir);
+    } else if (errno != EEXIST) {
+      return fail(rdir, errno);
+    }
     const Closer rfd{openat(dfd.fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
     if (rfd.fd < 0 && (errno == ELOOP || errno == ENOTDIR)) {
       bool link = fstatat(dfd.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
@@ -977,16 +986,23 @@ int Daemon::prepare_output_dir() {
     if (fstat(rfd.fd, &st) != 0 || st.st_uid != me) return not_ours(rdir, "belongs to uid " + std::to_string(st.st_uid));
     for (const char* file : {"stdout", "stderr"}) {
       const std::string path = rdir + "/" + file;
-      int fd = openat(rfd.fd, file, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+      int fd = openat(rfd.fd, file, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        made_files.push_back(path);
+      } else if (errno == EEXIST) {
+        fd = openat(rfd.fd, file, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+      }
       if (fd < 0) return errno == ELOOP ? not_ours(path, "is a symbolic link") : fail(path, errno);
       output_files_.push_back(fd);
-      // Truncated only once it is known to be a file of ours with no other name.
       if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return not_ours(path, "is not a regular file");
       if (st.st_uid != me) return not_ours(path, "belongs to uid " + std::to_string(st.st_uid));
       if (st.st_nlink != 1) return not_ours(path, "has other names (hard links)");
-      if (ftruncate(fd, 0) != 0) return fail(path, errno);
     }
   }
+  // Truncated only once every one is known to be a file of ours with no
+  // other name.
+  for (int fd : output_files_)
+    if (ftruncate(fd, 0) != 0) return give_up(std::string("cannot empty a rank's file: ") + std::strerror(errno));
   return 0;
 }
 

@@ -809,6 +809,20 @@ TEST(Launcher, OutputDirNeverFollowsAPlantedLink) {
   std::ifstream f(base + "/rank.0/stdout");
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text, "second\n");
+  // A refusal at a later rank's file changes nothing: the earlier ranks'
+  // files keep their bytes, and what accrun had made is gone again.
+  fresh();
+  ASSERT_EQ(std::system(("cd '" + base + "' && mkdir rank.0 rank.2 && echo kept > rank.0/stdout && ln -s '" + victim +
+                         "' rank.2/stderr").c_str()),
+            0);
+  RunResult refused = run({"-n", "3", "--output-dir", base, "echo", "overwritten"});
+  EXPECT_EQ(refused.status, 2) << refused.err;
+  std::ifstream kept(base + "/rank.0/stdout");
+  std::string was((std::istreambuf_iterator<char>(kept)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(was, "kept\n");
+  EXPECT_FALSE(exists(base + "/rank.0/stderr"));
+  EXPECT_FALSE(exists(base + "/rank.1"));
+  EXPECT_FALSE(exists(base + "/rank.2/stdout"));
   std::system(("rm -rf '" + base + "' '" + victim + "' '" + marker + "'").c_str());
 }
 
