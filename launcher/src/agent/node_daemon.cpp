@@ -1481,8 +1481,13 @@ int Daemon::loop() {
         std::string which = still.empty() ? "" : "ranks still running: " + rank_ranges(still);
         if (spawned > 0)
           which += (which.empty() ? "still running: " : " and ") + std::to_string(spawned) + " spawned process(es)";
-        say(cfg_.err_fd, "--timeout " + std::to_string(static_cast<int64_t>(std::ceil(cfg_.timeout_s))) +
-                             " s reached on host " + host_of(-1) + "; " + which + "; terminating them");
+        // The value as given (fractions allowed): 0.2, 1.25, 600.
+        char given[32];
+        std::snprintf(given, sizeof given, "%.3f", cfg_.timeout_s);
+        std::string text = given;
+        text.erase(text.find_last_not_of('0') + 1);
+        if (text.back() == '.') text.pop_back();
+        say(cfg_.err_fd, "--timeout " + text + " s reached on host " + host_of(-1) + "; " + which + "; terminating them");
         if (!exit_code_) exit_code_ = 124;
         policy_pending_ = false;
         terminate_all(SIGTERM);

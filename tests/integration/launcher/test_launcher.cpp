@@ -836,6 +836,10 @@ TEST(Launcher, TimeoutEndsTheJobAndNamesTheRanks) {
   gethostname(host, sizeof host - 1);
   EXPECT_NE(r.err.find("--timeout 1 s reached on host " + std::string(host) + ";"), std::string::npos) << r.err;
   expect_no_job_dirs(first_match(r.out, "J=([0-9a-f]+)"));
+  // A fraction is quoted as given (it used to be rounded up to 1 s).
+  RunResult part = run({"--timeout", "0.25", "sleep", "30"});
+  EXPECT_EQ(part.status, 124) << part.err;
+  EXPECT_NE(part.err.find("--timeout 0.25 s reached"), std::string::npos) << part.err;
 }
 
 TEST(Launcher, OnFailureContinueLetsSurvivorsFinish) {
