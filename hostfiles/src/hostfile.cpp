@@ -552,13 +552,14 @@ std::string printable(std::string_view text) {
 namespace {
 
 // The first byte of `line` that has no place in a hostfile's text: a control
-// byte other than TAB and CR anywhere, and, before any comment, a byte that
-// is not part of valid UTF-8.  Its message names the column.
+// byte other than TAB anywhere (CR only as the line's last byte, a CRLF
+// file), and, before any comment, a byte that is not part of valid UTF-8.
+// Its message names the column.
 Status check_line_bytes(std::string_view line) {
   const std::size_t hash = line.find('#');
   for (std::size_t i = 0; i < line.size(); ++i) {
     const auto b = static_cast<unsigned char>(line[i]);
-    if ((b < 0x20 && b != '\t' && b != '\r') || b == 0x7f) {
+    if ((b < 0x20 && b != '\t' && !(b == '\r' && i + 1 == line.size())) || b == 0x7f) {
       const std::string what = b == 0 ? "a NUL byte" : "the control byte " + printable(line.substr(i, 1));
       return invalid_argument(what + " in column " + std::to_string(i + 1) +
                               " (a hostfile is text; remove it)");

@@ -432,6 +432,10 @@ TEST(HostfileInput, ControlBytesAreErrorsNamingTheLine) {
   auto ok = parse_hostfile("node1\tslots=2\r\nnode2\r\n", "hosts");
   ASSERT_TRUE(ok.is_ok()) << ok.status().message();
   EXPECT_EQ(names(*ok), (std::vector<std::string>{"node1", "node2"}));
+  // A CR anywhere else is a control byte like any other (it was read as a
+  // blank).
+  EXPECT_EQ(error_of("node1\rslots=2\n"),
+            "hosts:1: the control byte \\x0d in column 6 (a hostfile is text; remove it)");
 }
 
 TEST(HostfileInput, InvalidHostNamesNameFileLineAndName) {
