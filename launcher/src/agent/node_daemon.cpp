@@ -1162,8 +1162,20 @@ int Daemon::setup_and_spawn() {
   }
   if (cfg_.wdir) {
     struct stat st;
-    if (stat(cfg_.wdir->c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    if (stat(cfg_.wdir->c_str(), &st) != 0) {
+      refuse("--wdir " + *cfg_.wdir + ": " + (errno == ENOENT ? "no such directory (create it, or give another)"
+                                                                : std::string(std::strerror(errno))));
+      return 2;
+    }
+    if (!S_ISDIR(st.st_mode)) {
       refuse("--wdir " + *cfg_.wdir + ": not a directory");
+      return 2;
+    }
+    // The ranks change into it as this user: one it may not enter is found
+    // now, not by every rank after the start.
+    if (access(cfg_.wdir->c_str(), X_OK) != 0) {
+      refuse("--wdir " + *cfg_.wdir + ": cannot enter it (" + std::strerror(errno) +
+             "; it needs search permission for this user)");
       return 2;
     }
   }

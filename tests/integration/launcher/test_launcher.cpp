@@ -315,6 +315,48 @@ TEST(Launcher, ARelativeProgramUnderARelativeWdirIsTheOneInIt) {
   EXPECT_EQ(path.out, "right\n") << path.err;
 }
 
+// A --wdir that is missing or not a directory is bad input: status 2, one
+// line, nothing started (not a failure of every rank after the start).
+TEST(Launcher, AWdirThatCannotBeUsedIsBadInput) {
+  const std::string base = tmpdir() + "/accrun-wdir-bad-" + std::to_string(getpid());
+  const std::string marker = base + ".started";
+  ASSERT_TRUE(std::filesystem::create_directories(base));
+  std::ofstream(base + "/file") << "x";
+  for (const auto& [wdir, says] : std::vector<std::pair<std::string, std::string>>{
+           {base + "/missing", "no such directory"}, {base + "/file", "not a directory"}}) {
+    RunResult r = run({"-n", "2", "--wdir", wdir, "sh", "-c", "touch " + marker});
+    EXPECT_EQ(r.status, 2) << wdir << ": " << r.err;
+    EXPECT_NE(r.err.find("--wdir " + wdir + ": " + says), std::string::npos) << r.err;
+    EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
+    EXPECT_FALSE(exists(marker)) << wdir;
+  }
+  std::filesystem::remove_all(base);
+}
+
+// A --wdir this user may not enter: the same, found before the start (it
+// was exit 1 after every rank had failed to change into it).
+TEST(Launcher, AWdirThisUserCannotEnterIsBadInput) {
+  const std::string base = tmpdir() + "/accrun-wdir-closed-" + std::to_string(getpid());
+  ASSERT_TRUE(std::filesystem::create_directories(base + "/closed"));
+  chmod(base.c_str(), 0755);
+  chmod((base + "/closed").c_str(), 0);
+  // Root enters any directory: as root, accrun runs without the
+  // capabilities that let it (setpriv, util-linux).
+  std::string cmd = std::string(ACCRUN_EXE) + " -n 2 --wdir " + base + "/closed /bin/true 2>&1";
+  if (geteuid() == 0) cmd = "setpriv --bounding-set -dac_override,-dac_read_search " + cmd;
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  const int st = pclose(p);
+  chmod((base + "/closed").c_str(), 0755);
+  std::filesystem::remove_all(base);
+  EXPECT_EQ(WEXITSTATUS(st), 2) << out;
+  EXPECT_NE(out.find("--wdir " + base + "/closed: cannot enter it (Permission denied"), std::string::npos) << out;
+  EXPECT_EQ(lines_of(out).size(), 1u) << out;
+}
+
 // An enclosing launcher's PMI variables stay out under --mpi pmix too,
 // where accrun sets none of its own.
 TEST(Launcher, InheritedPmiVariablesStayOutUnderPmix) {
