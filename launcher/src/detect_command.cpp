@@ -133,8 +133,7 @@ int detect_main(const Options& options, char** envp) {
     }
   }
   const std::string text = options.json ? detect::to_json(hosts) : detect::format_table(hosts);
-  std::fputs(text.c_str(), stdout);
-  return std::fflush(stdout) == 0 ? 0 : 1;
+  return print_to_stdout(text, "the inventory");
 }
 
 }  // namespace accrun::launcher

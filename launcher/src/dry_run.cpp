@@ -1,5 +1,7 @@
 // accrun --dry-run [--json]: the plan, and nothing started.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include "accrun/commands.hpp"
@@ -38,6 +40,12 @@ void add_launch_time_env(Plan& plan, MpiMode mpi) {
 
 }  // namespace
 
+int print_to_stdout(const std::string& text, const char* what) {
+  if (std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0) return 0;
+  std::fprintf(stderr, "accrun: writing %s: %s\n", what, std::strerror(errno));
+  return 1;
+}
+
 int dry_run_main(const Options& options, char** envp) {
   const detect::HwlocPluginHold hwloc_plugins;  // before any thread: it sets and unsets a variable
   auto p = build_plan(options, envp, 0);
@@ -48,10 +56,7 @@ int dry_run_main(const Options& options, char** envp) {
     return p.status().code() == Code::kSystem ? 1 : 2;
   }
   const std::string text = options.json ? plan_to_json(*p) : format_plan_table(*p);
-  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
-    std::perror("accrun: writing the plan");
-    return 1;
-  }
+  if (int rc = print_to_stdout(text, "the plan"); rc != 0) return rc;
   // A launch plans other hosts from what their agents detect; a dry run
   // starts no agent and plans them from the hostfile's declarations.
   if ((options.hostfile || options.host_list) && names_other_hosts(options, envp))

@@ -42,14 +42,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "accrun: %s\n", opts.status().message().c_str());
     return 2;
   }
-  if (opts->help) {
-    std::fputs(usage().c_str(), stdout);
-    return 0;
-  }
-  if (opts->version) {
-    std::fputs(version_text().c_str(), stdout);
-    return 0;
-  }
+  if (opts->help) return print_to_stdout(usage(), "the usage");
+  if (opts->version) return print_to_stdout(version_text(), "the version");
   if (opts->daemon) return daemon_main(*opts, environ);
   // Inside a Slurm allocation the allocation is the host list.
   if (accrun::Status s = apply_slurm_allocation(*opts, environ); !s) {

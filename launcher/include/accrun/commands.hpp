@@ -18,6 +18,10 @@ int detect_main(const Options& options, char** envp);
 int dry_run_main(const Options& options, char** envp);
 // accrun -n N program ...: plan, spawn, wait        (launcher/src/launch.cpp)
 int launch_main(const Options& options, char** envp);
+// Writes `text` (what a mode prints: the usage, the version, an inventory,
+// a plan) to standard output; on a failed write says so on standard error,
+// naming `what`, and returns 1, else 0.
+int print_to_stdout(const std::string& text, const char* what);
 // The environment in `envp` as a map.  Pure.
 Env environment_of(char** envp);
 // A TCP port free on this host now (for MASTER_PORT); 0 if none.
