@@ -7,6 +7,7 @@
 
 #include "accrun/commands.hpp"
 #include "accrun/options.hpp"
+#include "controller/output_queue.hpp"
 #include "controller/slurm.hpp"
 #include "version.hpp"
 
@@ -22,6 +23,7 @@ namespace {
 bool open_standard_fds() {
   for (int fd = 0; fd <= 2; ++fd) {
     if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    if (fd > 0) accrun::launcher::OutputQueue::closed_at_start(fd);
     int got = open("/dev/null", O_RDWR);  // the lowest free descriptor: `fd`
     if (got < 0) return false;
     if (got != fd) {

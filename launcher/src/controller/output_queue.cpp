@@ -15,6 +15,14 @@
 
 namespace accrun::launcher {
 
+namespace {
+bool g_closed_at_start[3] = {false, false, false};
+}  // namespace
+
+void OutputQueue::closed_at_start(int fd) {
+  if (fd >= 0 && fd <= 2) g_closed_at_start[fd] = true;
+}
+
 void OutputQueue::push(std::string_view data) {
   if (error_ != 0 || data.empty()) return;
   // Small pieces join the last one: fewer, larger writes.
@@ -74,6 +82,13 @@ bool OutputQueue::write_some(size_t limit) {
 
 bool OutputQueue::flush() {
   if (error_ != 0) return false;
+  if (!q_.empty() && fd_ >= 0 && fd_ <= 2 && g_closed_at_start[fd_]) {
+    error_ = EBADF;
+    q_.clear();
+    bytes_ = 0;
+    front_off_ = 0;
+    return false;
+  }
   while (!q_.empty()) {
     size_t r = room();
     if (r == 0) return true;

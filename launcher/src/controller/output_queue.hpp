@@ -27,6 +27,10 @@ class OutputQueue {
   // write failed (error() says why; the queue is dropped).
   bool flush();
   int error() const { return error_; }
+  // accrun started with `fd` (1 or 2) closed: main put /dev/null there, so
+  // that no other descriptor takes its number, but output for it cannot be
+  // written, as a write to a closed descriptor could not (EBADF).
+  static void closed_at_start(int fd);
 
  private:
   // Bytes the descriptor takes now without blocking (a pipe's free space;

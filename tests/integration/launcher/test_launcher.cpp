@@ -1234,6 +1234,18 @@ TEST(Launcher, StdinArrivesWholeWhenTheWriterEndsFirst) {
   EXPECT_EQ(out, "150000\n");
 }
 
+// accrun started with its standard output closed (>&-): output for it
+// cannot be written, as for a reader that went away (it used to go to
+// /dev/null with status 0); a job that writes none ends normally.
+TEST(Launcher, OutputToAClosedStandardOutputIsAnError) {
+  const std::string a = ACCRUN_EXE;
+  std::string out = shell_output("exec 3>&1; " + a + " -n 2 /bin/echo hi >&- 2>&3; echo \"exit=$?\"; " + a +
+                                 " -n 2 /bin/true >&-; echo \"exit=$?\"");
+  EXPECT_EQ(out,
+            "accrun: cannot write the ranks' standard output: Bad file descriptor; closing it for every rank (a rank "
+            "writing to it gets SIGPIPE)\nexit=141\nexit=0\n");
+}
+
 // A rank that closes its stdin while accrun has nothing to write costs
 // nothing (its pipe's error state used to wake the loop ~8,000 times a second).
 TEST(Launcher, ARankThatClosesItsStdinCostsNothing) {
