@@ -1239,7 +1239,8 @@ TEST(Launcher, StdinArrivesWholeWhenTheWriterEndsFirst) {
 // /dev/null with status 0); a job that writes none ends normally.
 TEST(Launcher, OutputToAClosedStandardOutputIsAnError) {
   const std::string a = ACCRUN_EXE;
-  std::string out = shell_output("exec 3>&1; " + a + " -n 2 /bin/echo hi >&- 2>&3; echo \"exit=$?\"; " + a +
+  // A rank that keeps writing (one that ended first leaves status 1).
+  std::string out = shell_output("exec 3>&1; " + a + " -n 2 yes >&- 2>&3; echo \"exit=$?\"; " + a +
                                  " -n 2 /bin/true >&-; echo \"exit=$?\"");
   EXPECT_EQ(out,
             "accrun: cannot write the ranks' standard output: Bad file descriptor; closing it for every rank (a rank "
