@@ -388,12 +388,9 @@ class MpiBackend final : public Backend {
       return Status::ok();
     }
     // A lone receive that times out is cancelled, so the group stays usable.
-    Status st = wait_all("MPI_Irecv", &r, 1, /*cancel_on_timeout=*/true, peer);
-    if (st.code() == Code::kSystem && truncated(last_rc_)) {
-      broken_ = Status::ok();  // the receive completed: nothing else is affected
-      return too_small("recv", peer, count * dtype_size(dt));
-    }
-    return st;
+    int err = MPI_SUCCESS;
+    Status st = wait_all("MPI_Irecv", &r, 1, /*cancel_on_timeout=*/true, peer, &err);
+    return truncated(err) ? too_small("recv", peer, count * dtype_size(dt)) : st;
   }
 
   // Whether an MPI error says a message was longer than its receive buffer.
@@ -588,7 +585,8 @@ class MpiBackend final : public Backend {
   // cores.  On a timeout or failure the requests stay with MPI (collectives
   // cannot be cancelled) and the group is marked unusable; a lone receive is
   // cancelled instead, which leaves the group usable.
-  Status wait_all(const char* call, MPI_Request* reqs, int n, bool cancel_on_timeout, int peer = -1) {
+  Status wait_all(const char* call, MPI_Request* reqs, int n, bool cancel_on_timeout, int peer = -1,
+                  int* error = nullptr) {
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
     std::uint64_t spins = 0;
@@ -607,7 +605,9 @@ class MpiBackend final : public Backend {
             }
           }
         }
-        last_rc_ = rc;
+        if (error != nullptr) *error = rc;
+        // A lone receive cut short has completed: nothing else is affected.
+        if (n == 1 && truncated(rc)) return rc_status(call, rc);
         broken_ = rc_status(call, rc);
         return broken_;
       }
@@ -652,7 +652,6 @@ class MpiBackend final : public Backend {
   std::vector<Member> members_;
   bool oversubscribed_;
   int timeout_ms_;
-  int last_rc_ = MPI_SUCCESS;             // the MPI error wait_all saw last
   std::vector<MPI_Status> statuses_;      // wait_all's, for several requests
   const PeerMonitor* peers_;
   MPI_Comm comm_;

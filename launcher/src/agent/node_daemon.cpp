@@ -298,6 +298,7 @@ class Daemon final : public ClientEvents, public DaemonControl {
   void apply_policy();
   void terminate_all(int sig);
   void pass_on(int sig);
+  void arm_kill_deadline();
   void reap();
   void handle_signal(const signalfd_siginfo& si);
   void read_output(OutStream& s);
@@ -760,11 +761,15 @@ void Daemon::apply_policy() {
 void Daemon::terminate_all(int sig) {
   if (!passed_through(sig)) {
     terminating_ = true;
-    if (sig != SIGKILL && !kill_deadline_)
-      kill_deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(cfg_.kill_grace_s * 1000));
+    if (sig != SIGKILL) arm_kill_deadline();
   }
-  for (auto& [rank, s] : ranks_)
-    if (s.running) signal_group(s.pid, sig);
+  pass_on(sig);
+}
+
+// SIGKILL for the ranks still running --kill-grace seconds from now.
+void Daemon::arm_kill_deadline() {
+  if (!kill_deadline_)
+    kill_deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(cfg_.kill_grace_s * 1000));
 }
 
 void Daemon::reap() {
@@ -839,8 +844,7 @@ void Daemon::handle_signal(const signalfd_siginfo& si) {
     // them and answers with the job's failure policy.
     passed_signal_ = sig;
     pass_on(sig);
-    if (!kill_deadline_)
-      kill_deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(cfg_.kill_grace_s * 1000));
+    arm_kill_deadline();
   } else {
     pass_on(SIGKILL);
   }

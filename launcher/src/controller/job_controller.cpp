@@ -137,6 +137,8 @@ class Controller {
   std::set<int> lost_;
   bool lost_participant(const std::string& signature) const;
   void fail_rounds(const std::string& signature);
+  // A round's answer (kFenceDone), and the failed one sent to `agent`.
+  static std::string fence_done(const std::string& signature, bool ok, std::string_view all);
   void fence_failed(int agent, const std::string& signature);
   // Whole-job fences along the launch tree (agent/tree_links.hpp): each
   // agent's parent agent (-1: it sends to the controller itself), when the
@@ -548,13 +550,16 @@ bool Controller::lost_participant(const std::string& signature) const {
   return false;
 }
 
-void Controller::fence_failed(int agent, const std::string& signature) {
-  if (done_[static_cast<size_t>(agent)]) return;
+std::string Controller::fence_done(const std::string& signature, bool ok, std::string_view all) {
   wire::Writer w;
   w.str(signature);
-  w.boolean(false);
-  w.bytes("", 0);
-  agents_->send(agent, msg::kFenceDone, w.data());
+  w.boolean(ok);
+  w.bytes(all.data(), all.size());
+  return w.data();
+}
+
+void Controller::fence_failed(int agent, const std::string& signature) {
+  if (!done_[static_cast<size_t>(agent)]) agents_->send(agent, msg::kFenceDone, fence_done(signature, false, ""));
 }
 
 void Controller::fail_rounds(const std::string& signature) {
@@ -820,14 +825,11 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       while (!q.empty() && q.front().parts.size() >= who.size()) {
         std::string all;
         for (auto& [a, part] : q.front().parts) all += part;
-        wire::Writer w;
-        w.str(sig);
-        w.boolean(true);
-        w.bytes(all.data(), all.size());
         log(LogLevel::kDebug, "fence %s: round %zu complete, %zu host(s), %zu bytes", sig.c_str(), completed_[sig] + 1,
             q.front().parts.size(), all.size());
+        const std::string answer = fence_done(sig, true, all);
         for (auto& [a, part] : q.front().parts)
-          if (!tree || fence_parent_[static_cast<size_t>(a)] < 0) agents_->send(a, msg::kFenceDone, w.data());
+          if (!tree || fence_parent_[static_cast<size_t>(a)] < 0) agents_->send(a, msg::kFenceDone, answer);
         q.pop_front();
         ++completed_[sig];
       }
