@@ -1,11 +1,14 @@
 // AgentUpstream: what the controller sent together with the launch (read
 // by the agent's own loop in the same batch as kLaunch) reaches the job's
 // daemon once its ranks have started, and what the daemon did not take
-// goes back to the agent's loop.
+// goes back to the agent's loop.  And a host lost from the launch tree
+// (kFencesFail) fails the whole-job fence rounds waiting here, but the
+// last one the controller completed.
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -97,6 +100,69 @@ TEST(AgentUpstream, WhatTheDaemonNeverTookGoesBackToTheAgent) {
   up.defer({shutdown});
   RecordingDaemon d;
   EXPECT_FALSE(up.catch_up(d));
+}
+
+wire::Frame fence_done_frame(const std::string& sig, bool ok, const std::string& data) {
+  wire::Writer w;
+  w.str(sig);
+  w.boolean(ok);
+  w.bytes(data.data(), data.size());
+  return {msg::kFenceDone, w.data()};
+}
+
+struct Answers {
+  std::vector<std::pair<bool, std::string>> got;
+  std::function<void(bool, std::string)> next() {
+    return [this](bool ok, std::string data) { got.emplace_back(ok, std::move(data)); };
+  }
+};
+
+TEST(AgentUpstream, AHostLostFromTheTreeFailsTheWholeJobRoundsWaitingHereButTheLastCompleted) {
+  Pair p;
+  AgentUpstream up(p.fd[0], 3);
+  RecordingDaemon d;
+  Answers star, pmi, some;
+  // Round 1 of "*" is answered; round 2 waits (the controller completed
+  // it, but the parent agent that was to pass it down is lost); "pmi:*"
+  // round 1 waits (never completed); a fence of some ranks waits at the
+  // controller, which fences it directly.
+  up.fence("*", "a", star.next());
+  up.defer({fence_done_frame("*", true, "r1")});
+  ASSERT_TRUE(up.catch_up(d));
+  up.fence("*", "b", star.next());
+  up.fence("pmi:*", "c", pmi.next());
+  up.fence("0,1", "d", some.next());
+  wire::Writer w;
+  w.u32(1);
+  w.str("*");
+  w.u64(2);
+  const wire::Frame last = fence_done_frame("*", true, "r2");
+  w.bytes(last.payload.data(), last.payload.size());
+  up.defer({wire::Frame{msg::kFencesFail, w.data()}});
+  ASSERT_TRUE(up.catch_up(d));
+  ASSERT_EQ(star.got.size(), 2u);
+  EXPECT_EQ(star.got[1], std::make_pair(true, std::string("r2")));
+  ASSERT_EQ(pmi.got.size(), 1u);
+  EXPECT_FALSE(pmi.got[0].first);
+  EXPECT_TRUE(some.got.empty());
+  // Later whole-job rounds fail at once; others still go to the controller.
+  up.fence("*", "e", star.next());
+  ASSERT_EQ(star.got.size(), 3u);
+  EXPECT_FALSE(star.got[2].first);
+  up.defer({fence_done_frame("0,1", true, "s1")});
+  ASSERT_TRUE(up.catch_up(d));
+  EXPECT_EQ(some.got, (std::vector<std::pair<bool, std::string>>{{true, "s1"}}));
+  // What went up: the fences before the loss, then none of "*".
+  char buf[4096];
+  ssize_t n = read(p.fd[1], buf, sizeof buf);
+  ASSERT_GT(n, 0);
+  wire::FrameDecoder dec;
+  std::vector<wire::Frame> sent;
+  ASSERT_TRUE(dec.feed(buf, static_cast<size_t>(n), sent));
+  std::vector<std::string> sigs;
+  for (auto& f : sent)
+    if (f.type == msg::kFence) sigs.push_back(msg::decode_fence(f.payload)->signature);
+  EXPECT_EQ(sigs, (std::vector<std::string>{"*", "*", "pmi:*", "0,1"}));
 }
 
 }  // namespace

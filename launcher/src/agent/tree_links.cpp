@@ -226,6 +226,7 @@ void TreeLinks::serve(Link& link, uint32_t events) {
 void TreeLinks::on_frame(Link& link, uint16_t type, const std::string& payload) {
   wire::Reader r(payload);
   if (link.is_parent) {
+    if (stopped_ && type == msg::kFenceDone) return;
     if (type != msg::kFenceDone || !from_parent_) return drop(link, "an unexpected frame from the parent agent");
     return from_parent_(payload);
   }
@@ -245,6 +246,7 @@ void TreeLinks::on_frame(Link& link, uint16_t type, const std::string& payload) 
     if (joined == expected_.size()) stop_listening();
     return;
   }
+  if (stopped_ && type == msg::kFence) return;
   if (type != msg::kFence) return drop(link, "an unexpected frame (type " + std::to_string(type) + ")");
   auto fence = msg::decode_fence(payload);
   if (!fence) return drop(link, fence.status().message());
@@ -263,6 +265,14 @@ void TreeLinks::carry_fences(std::vector<int> children, std::function<void(std::
   from_parent_ = std::move(from_parent);
   log(LogLevel::kDebug, "whole-job fences go along the launch tree: %zu child(ren) here, up to %s",
       fence_children_.size(), parent_ ? parent_->peer.c_str() : "the controller");
+}
+
+void TreeLinks::stop_carrying() {
+  if (!carrying_) return;
+  carrying_ = false;
+  stopped_ = true;
+  rounds_.clear();
+  log(LogLevel::kDebug, "whole-job fences no longer travel the launch tree");
 }
 
 bool TreeLinks::carries(std::string_view signature) const {

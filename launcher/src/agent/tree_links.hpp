@@ -68,6 +68,10 @@ class TreeLinks {
   // Whether fences with this signature travel the tree: whole-job ones,
   // once carry_fences() was called.
   bool carries(std::string_view signature) const;
+  // A host was lost from the tree (kFencesFail): whole-job fences travel it
+  // no more; what waits here is dropped, and rounds or answers that still
+  // come along its links are ignored.
+  void stop_carrying();
   // This host's contribution to the next round of `signature`.
   void contribute(const std::string& signature, std::string blob);
   // A round's answer (a kFenceDone payload), from above: sent on to the
@@ -103,6 +107,7 @@ class TreeLinks {
   std::vector<std::unique_ptr<Link>> links_;
   Link* parent_ = nullptr;
   bool carrying_ = false;
+  bool stopped_ = false;
   std::vector<int> fence_children_;
   std::function<void(std::string)> to_controller_;
   std::function<void(std::string_view)> from_parent_;

@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <optional>
 
+#include "accrun/log.hpp"
 #include "agent/tree_links.hpp"
 #include "controller/protocol.hpp"
 #include "iof.hpp"
@@ -150,6 +152,8 @@ bool AgentUpstream::dispatch(std::vector<wire::Frame>& frames, DaemonControl& da
       daemon.output_closed(*stream, *err);
     } else if (f.type == msg::kFenceDone) {
       if (!fence_done(f.payload)) return false;
+    } else if (f.type == msg::kFencesFail) {
+      if (!fences_fail(f.payload)) return false;
     } else if (f.type == msg::kPublishDone || f.type == msg::kUnpublishDone) {
       auto id = r.u64("directory: id");
       auto st = r.i32("directory: status");
@@ -226,6 +230,10 @@ void AgentUpstream::rank_failed(int rank, int status, const std::string& kind, c
 
 void AgentUpstream::fence(const std::string& signature, std::string blob,
            std::function<void(bool, std::string)> done) {
+  if (whole_fences_fail_) {
+    auto members = msg::parse_signature(signature);
+    if (members && members->all) return done(false, "");
+  }
   fences_[signature].push_back(std::move(done));
   if (tree_ && tree_->carries(signature)) return tree_->contribute(signature, std::move(blob));
   post(msg::kFence, msg::encode_fence(signature, {{self_, std::move(blob)}}));
@@ -243,7 +251,46 @@ bool AgentUpstream::fence_done(std::string_view payload) {
   if (q.empty()) return false;
   auto done = std::move(q.front());
   q.pop_front();
+  ++answered_[*sig];
   done(*ok, std::move(*all));
+  return true;
+}
+
+bool AgentUpstream::fences_fail(std::string_view payload) {
+  wire::Reader r(payload);
+  auto n = r.u32("fences fail: count");
+  if (!n || *n > r.remaining() / 16) return false;
+  std::map<std::string, std::pair<uint64_t, std::string>> completed;
+  for (uint32_t i = 0; i < *n; ++i) {
+    auto sig = r.str("fences fail: signature");
+    auto rounds = r.u64("fences fail: rounds");
+    auto answer = r.bytes("fences fail: answer");
+    if (!sig || !rounds || !answer) return false;
+    completed[*sig] = {*rounds, std::move(*answer)};
+  }
+  whole_fences_fail_ = true;
+  if (tree_) tree_->stop_carrying();
+  // Answered after the walk: an answer may start the next fence.
+  std::vector<std::pair<std::function<void(bool, std::string)>, std::optional<std::string>>> answers;
+  for (auto& [sig, q] : fences_) {
+    auto members = msg::parse_signature(sig);
+    if (!members || !members->all) continue;
+    auto it = completed.find(sig);
+    for (; !q.empty(); q.pop_front()) {
+      uint64_t round = answered_[sig]++;
+      std::optional<std::string> data;
+      if (it != completed.end() && round + 1 == it->second.first) {
+        wire::Reader a(it->second.second);
+        auto asig = a.str("fence: signature");
+        auto ok = a.boolean("fence: ok");
+        auto all = a.bytes("fence: data");
+        if (asig && ok && *ok && all) data = std::move(*all);
+      }
+      answers.emplace_back(std::move(q.front()), std::move(data));
+    }
+  }
+  log(LogLevel::kDebug, "whole-job fences fail from now on (%zu round(s) waiting here)", answers.size());
+  for (auto& [done, data] : answers) done(data.has_value(), data ? std::move(*data) : std::string());
   return true;
 }
 

@@ -75,6 +75,11 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   }
   // kFenceTree from the controller: whole-job fences go along the tree.
   bool carry_fences(std::string_view payload);
+  // kFencesFail from the controller: a host was lost from the tree, so
+  // whole-job rounds not answered yet fail (but the last one the controller
+  // completed, which the lost agent may not have passed down), and later
+  // ones fail at once.
+  bool fences_fail(std::string_view payload);
 
  private:
   // A round's answer (kFenceDone), from the controller or the parent agent.
@@ -89,6 +94,8 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   wire::FrameDecoder decoder_;
   std::vector<wire::Frame> deferred_;
   std::map<std::string, std::deque<std::function<void(bool, std::string)>>> fences_;
+  std::map<std::string, uint64_t> answered_;  // signature -> rounds answered here
+  bool whole_fences_fail_ = false;
   std::chrono::steady_clock::time_point last_beat_{};
   std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
   bool stopped_ = false;

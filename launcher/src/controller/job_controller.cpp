@@ -132,8 +132,9 @@ class Controller {
   std::set<int> participants(const std::string& signature) const;
   // Hosts lost under --on-failure continue: a fence with ranks there can
   // never complete, so each of its rounds is answered with a failure, to
-  // every agent that contributed, as its contributions come (direct fences
-  // only; along a launch tree a lost agent also cuts off the parts below it).
+  // every agent that contributed, as its contributions come.  Whole-job
+  // fences along a launch tree fail at the agents instead (a lost agent
+  // cuts off the parts below it): fail_tree_fences().
   std::set<int> lost_;
   bool lost_participant(const std::string& signature) const;
   void fail_rounds(const std::string& signature);
@@ -145,6 +146,13 @@ class Controller {
   // tree carries them; empty when every agent fences here directly.
   std::vector<int> fence_parent_;
   void plan_fence_tree();
+  // Whether a signature is a whole-job fence's, which travel the tree.
+  bool along_tree(const std::string& signature) const;
+  // A host was lost: every agent hears that whole-job fences fail
+  // (kFencesFail), with the answer of each one's last completed round.
+  bool tree_fences_failed_ = false;
+  std::map<std::string, std::string> last_answer_;  // whole-job signature -> kFenceDone payload
+  void fail_tree_fences();
   // Whether contributions from `sender` may carry agent `agent`'s part.
   bool carries_for(int sender, int agent) const;
   // The agent whose host runs a rank or a spawned process (-1: none).
@@ -544,7 +552,7 @@ std::set<int> Controller::participants(const std::string& signature) const {
 }
 
 bool Controller::lost_participant(const std::string& signature) const {
-  if (lost_.empty() || !fence_parent_.empty()) return false;
+  if (lost_.empty() || along_tree(signature)) return false;
   for (int a : participants(signature))
     if (lost_.count(a) != 0) return true;
   return false;
@@ -571,6 +579,34 @@ void Controller::fail_rounds(const std::string& signature) {
     q.pop_front();
     ++completed_[signature];
   }
+}
+
+bool Controller::along_tree(const std::string& signature) const {
+  if (fence_parent_.empty()) return false;
+  auto members = msg::parse_signature(signature);
+  return members && members->all;
+}
+
+void Controller::fail_tree_fences() {
+  tree_fences_failed_ = true;
+  wire::Writer w;
+  std::vector<std::string> sigs;
+  for (auto& [sig, n] : completed_)
+    if (n > 0 && along_tree(sig)) sigs.push_back(sig);
+  w.u32(static_cast<uint32_t>(sigs.size()));
+  for (const std::string& sig : sigs) {
+    w.str(sig);
+    w.u64(completed_[sig]);
+    const std::string& answer = last_answer_[sig];
+    w.bytes(answer.data(), answer.size());
+  }
+  for (size_t a = 0; a < done_.size(); ++a)
+    if (!done_[a] && lost_.count(static_cast<int>(a)) == 0)
+      agents_->send(static_cast<int>(a), msg::kFencesFail, w.data());
+  // The parts held here belong to rounds the agents now fail themselves.
+  for (auto& [sig, q] : rounds_)
+    if (along_tree(sig)) q.clear();
+  log(LogLevel::kDebug, "whole-job fences fail from now on: a host was lost from the launch tree");
 }
 
 void Controller::plan_fence_tree() {
@@ -744,6 +780,7 @@ void Controller::on_lost(int agent, const std::string& why) {
     // its ranks are lost, as of any failed rank.
     say("host " + host + ": " + why + "; its ranks are lost, the others go on (--on-failure continue)");
     lost_.insert(agent);
+    if (!fence_parent_.empty() && !tree_fences_failed_) fail_tree_fences();
     for (auto& [sig, q] : rounds_)
       if (!q.empty() && lost_participant(sig)) fail_rounds(sig);
     for (size_t r = 0; r < plan_.ranks.size(); ++r) {
@@ -803,6 +840,9 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       auto fence = msg::decode_fence(f.payload);
       if (!fence) return on_lost(agent, "sent a malformed fence");
       const std::string& sig = fence->signature;
+      // Sent before its agents heard that whole-job fences fail: they fail
+      // that round themselves.
+      if (tree_fences_failed_ && along_tree(sig)) return;
       auto& q = rounds_[sig];
       size_t base = completed_[sig];
       for (auto& [a, blob] : fence->parts) {
@@ -820,16 +860,16 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       // whole-job round along the tree is answered to the top of the tree,
       // which passes it down; any other to each participant.
       std::set<int> who = participants(sig);
-      auto members = msg::parse_signature(sig);
-      bool tree = !fence_parent_.empty() && members && members->all;
+      bool tree = along_tree(sig);
       while (!q.empty() && q.front().parts.size() >= who.size()) {
         std::string all;
         for (auto& [a, part] : q.front().parts) all += part;
         log(LogLevel::kDebug, "fence %s: round %zu complete, %zu host(s), %zu bytes", sig.c_str(), completed_[sig] + 1,
             q.front().parts.size(), all.size());
-        const std::string answer = fence_done(sig, true, all);
+        std::string answer = fence_done(sig, true, all);
         for (auto& [a, part] : q.front().parts)
           if (!tree || fence_parent_[static_cast<size_t>(a)] < 0) agents_->send(a, msg::kFenceDone, answer);
+        if (tree) last_answer_[sig] = std::move(answer);
         q.pop_front();
         ++completed_[sig];
       }

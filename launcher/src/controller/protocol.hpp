@@ -137,6 +137,14 @@ enum Type : uint16_t {
   // child agent → the agent that started it, first on their link: u32 the
   // child's agent id.
   kTreeJoin = 33,
+  // controller → every agent, under --on-failure continue when a host was
+  // lost while whole-job fences travel the launch tree: the lost agent's
+  // part, and those it carried, never come, so whole-job fences stop
+  // travelling the tree and every round not answered yet fails, now and
+  // later, as with direct fences.  u32 n, n × (str signature, u64 rounds
+  // the controller completed, bytes the last one's answer (a kFenceDone
+  // payload; a host whose parent agent was lost may not have had it)).
+  kFencesFail = 34,
 };
 
 constexpr size_t kStdinWindow = 1 << 20;

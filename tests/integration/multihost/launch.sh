@@ -249,6 +249,17 @@ check "a fence with a lost host's ranks fails on the 6 others" "^6$" "$(grep -c 
 took=$(elapsed "$t0")
 if awk -v t="$took" 'BEGIN{exit !(t <= 10)}'; then ok "and the job ends in $took s"; else bad "the job took $took s" "$out"; fi
 nothing_left "a lost host under --on-failure continue" "accrun --daemon"
+# The same along a chain of agents (--fanout 1), with the fence waiting when
+# h2's agent dies: the parts of h3 and h4 went up through h2, and h1 waits
+# for h2's part; every host's fence fails all the same.
+t0=$(now)
+out=$(timeout 30 "$accrun" -n 8 --fanout 1 --on-failure continue --hostfile "$hosts" --launch-agent "$agent" \
+  sh -c 'case $ACCRUN_RANK in 2|3) exec "$0" fence-after=30;; *) exec "$0" fence-after=0;; esac' "$pmix_client" 2>&1 &
+  sleep 1.5; "$tb" hx h2 pkill -9 -o -f -- "accrun --daemon"; wait)
+check "a waiting fence along a chain cut at h2 fails on the 6 others" "^6$" "$(grep -c "^fence rank [014567]: ERROR" <<<"$out")"
+took=$(elapsed "$t0")
+if awk -v t="$took" 'BEGIN{exit !(t <= 10)}'; then ok "and the job ends in $took s"; else bad "the job took $took s" "$out"; fi
+nothing_left "a host lost from a chain under --on-failure continue" "accrun --daemon"
 ends "h3's link down" 5 'ip link set vt-h3 down'
 ip link set vt-h3 up
 check "the silent host is named" "host h3: no word from its agent" "$(cat "$state/scratch/end.out")"
