@@ -47,6 +47,10 @@ int main(int argc, char** argv) {
   if (opts->help) return print_to_stdout(usage(), "the usage");
   if (opts->version) return print_to_stdout(version_text(), "the version");
   if (opts->daemon) return daemon_main(*opts, environ);
+  if (accrun::Status s = check_environment(environ); !s) {
+    std::fprintf(stderr, "accrun: %s\n", s.message().c_str());
+    return 2;
+  }
   // Inside a Slurm allocation the allocation is the host list.
   if (accrun::Status s = apply_slurm_allocation(*opts, environ); !s) {
     std::fprintf(stderr, "accrun: %s\n", s.message().c_str());

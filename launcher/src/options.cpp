@@ -133,15 +133,31 @@ constexpr double kMaxKillGraceS = 24.0 * 3600;      // one day
 
 Result<double> parse_seconds(std::string_view name, const std::string& text, double max,
                              const char* max_shown) {
+  // Decimals (30, 0.5, 1e-3) only: strtod would also take hexadecimal
+  // (0x10 is 16 s), "inf" and "nan".
+  auto digits = [&](size_t from) {
+    size_t j = from;
+    while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;
+    return j;
+  };
+  const size_t sign = text[0] == '+' || text[0] == '-';
+  size_t i = digits(sign);
+  size_t mantissa = i - sign;
+  if (i < text.size() && text[i] == '.') {
+    size_t j = digits(i + 1);
+    mantissa += j - i - 1;
+    i = j;
+  }
+  if (mantissa > 0 && i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    size_t j = i + 1 + (i + 1 < text.size() && (text[i + 1] == '+' || text[i + 1] == '-'));
+    i = digits(j) > j ? digits(j) : text.size() + 1;
+  }
+  if (mantissa == 0 || i != text.size()) return bad(name, "'" + text + "' is not a number of seconds (e.g. 30 or 0.5)");
+  if (text[0] == '-') return bad(name, "'" + text + "' is negative (give seconds, 0 or more)");
   char* end = nullptr;
   errno = 0;
   double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || (errno != 0 && errno != ERANGE)) {
-    return bad(name, "'" + text + "' is not a number of seconds (e.g. 30 or 0.5)");
-  }
-  if (std::isnan(v)) return bad(name, "'" + text + "' is not a number of seconds (e.g. 30 or 0.5)");
-  if (v < 0) return bad(name, "'" + text + "' is negative (give seconds, 0 or more)");
-  // Infinity and values that overflowed (ERANGE) land here too.
+  // Values that overflowed (ERANGE) land here too.
   if (!(v <= max)) {
     return bad(name, "'" + text + "' is more than " + std::to_string(static_cast<long long>(max)) + " seconds (" +
                          max_shown + "), the limit");
@@ -186,6 +202,7 @@ void split_command(int argc, const char* const* argv, const po::options_descript
       return;
     }
     if (a == "-np") a = "--np";  // mpirun's spelling
+    if (a.compare(0, 4, "-np=") == 0) a = "-" + a;
     if (a.size() > 2 && a.compare(0, 2, "--") == 0) {
       option_words.push_back(a);
       if (a.find('=') == std::string::npos && takes_value(a.substr(2)) && i + 1 < argc) {
@@ -463,6 +480,14 @@ Result<Options> convert(const po::variables_map& vm, std::vector<std::string> co
   if (o.detect && o.dry_run) {
     return invalid_argument("options '--detect' and '--dry-run' are separate modes: give only one");
   }
+  // --detect starts nothing: a program or a rank count would be ignored.
+  if (o.detect && !o.command.empty()) {
+    return invalid_argument("option '--detect' runs no program ('" + o.command.front() +
+                            "' given): it prints the hosts' accelerators; drop the program, or drop --detect to run it");
+  }
+  if (o.detect && o.np) {
+    return invalid_argument("option '--detect' starts no ranks: drop '-n/--np " + std::to_string(*o.np) + "'");
+  }
   if (o.np && o.stdin_mode == StdinMode::kRank && o.stdin_rank >= *o.np) {
     return bad("stdin", "rank " + std::to_string(o.stdin_rank) + " does not exist with -n " +
                             std::to_string(*o.np) + " (ranks are 0.." + std::to_string(*o.np - 1) +
@@ -478,6 +503,31 @@ Result<Options> convert(const po::variables_map& vm, std::vector<std::string> co
 Status printable_status(const Status& s) { return Status(s.code(), hostfiles::printable(s.message())); }
 
 }  // namespace
+
+Status check_environment(char** envp) {
+  for (char** e = envp; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    const std::string name(entry.substr(0, eq));
+    const std::string value(entry.substr(eq + 1));
+    if (name == "ACCRUN_LOG" && !value.empty()) {
+      const std::vector<std::string> levels = {"error", "warn", "info", "debug"};
+      if (std::find(levels.begin(), levels.end(), value) != levels.end()) continue;
+      std::string msg = "environment variable ACCRUN_LOG='" + value + "' is not one of error|warn|info|debug";
+      if (auto near = hostfiles::closest_match(value, levels)) msg += " (did you mean '" + *near + "'?)";
+      return printable_status(invalid_argument(msg));
+    }
+    if (name == "ACCRUN_AGENT_TIMEOUT") {
+      auto s = parse_seconds("timeout", value, 86399, "a day");
+      if (!s || *s <= 0) {
+        return printable_status(invalid_argument("environment variable ACCRUN_AGENT_TIMEOUT='" + value +
+                                                 "' is not a number of seconds above 0 and below 86400 (e.g. 60)"));
+      }
+    }
+  }
+  return Status();
+}
 
 Result<Options> parse_options(int argc, const char* const* argv) {
   const po::options_description d = make_description();

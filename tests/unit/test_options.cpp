@@ -28,6 +28,33 @@ std::string err(std::initializer_list<const char*> args) {
   return r.status().message();
 }
 
+TEST(Options, MpirunsSpellingsOfTheRankCount) {
+  EXPECT_EQ(ok({"-np", "3", "p"}).np, 3);
+  EXPECT_EQ(ok({"-np=3", "p"}).np, 3);
+  EXPECT_EQ(ok({"--np=3", "p"}).np, 3);
+}
+
+TEST(OptionsEnvironment, WhatAccrunReadsIsCheckedAndNamed) {
+  auto check = [](std::vector<std::string> vars) {
+    std::vector<char*> env;
+    for (auto& v : vars) env.push_back(v.data());
+    env.push_back(nullptr);
+    Status s = check_environment(env.data());
+    return s ? std::string() : s.message();
+  };
+  EXPECT_EQ(check({"ACCRUN_LOG=debug", "ACCRUN_AGENT_TIMEOUT=2.5", "OTHER=x"}), "");
+  EXPECT_EQ(check({"ACCRUN_LOG="}), "");
+  EXPECT_EQ(check({"ACCRUN_LOG=debg"}),
+            "environment variable ACCRUN_LOG='debg' is not one of error|warn|info|debug (did you mean 'debug'?)");
+  EXPECT_EQ(check({"ACCRUN_LOG=bogus"}), "environment variable ACCRUN_LOG='bogus' is not one of error|warn|info|debug");
+  for (const char* t : {"abc", "0", "", "86400", "0x10", "-1"}) {
+    EXPECT_EQ(check({std::string("ACCRUN_AGENT_TIMEOUT=") + t}),
+              "environment variable ACCRUN_AGENT_TIMEOUT='" + std::string(t) +
+                  "' is not a number of seconds above 0 and below 86400 (e.g. 60)")
+        << t;
+  }
+}
+
 TEST(Options, RanksAndProgram) {
   for (auto o : {ok({"-n", "4", "prog"}), ok({"--np", "4", "prog"}), ok({"--np=4", "prog"}),
                  ok({"-np", "4", "prog"}), ok({"-n4", "prog"})}) {
@@ -159,6 +186,11 @@ TEST(Options, BadCombinations) {
   EXPECT_NE(err({"--json", "p"}).find("--json' works only with --detect or --dry-run"), std::string::npos);
   EXPECT_NE(err({"--hostfile", "h", "-H", "a", "p"}).find("give only one"), std::string::npos);
   EXPECT_NE(err({"--detect", "--dry-run"}).find("separate modes"), std::string::npos);
+  // --detect starts nothing: what it would ignore is refused.
+  EXPECT_EQ(err({"--detect", "./a.out"}),
+            "option '--detect' runs no program ('./a.out' given): it prints the hosts' accelerators; drop the "
+            "program, or drop --detect to run it");
+  EXPECT_EQ(err({"--detect", "-n", "2"}), "option '--detect' starts no ranks: drop '-n/--np 2'");
   EXPECT_NE(err({"--tag-output=yes", "p"}).find("takes no value"), std::string::npos);
 }
 
@@ -190,8 +222,16 @@ TEST(OptionsLimits, TimesAreFiniteAndBounded) {
   EXPECT_EQ(err({"--kill-grace", "1e300", "p"}),
             "option '--kill-grace': '1e300' is more than 86400 seconds (one day), the limit");
   EXPECT_NE(err({"--timeout", "1e400", "p"}).find("more than 31536000 seconds"), std::string::npos);
-  EXPECT_NE(err({"--timeout", "inf", "p"}).find("more than 31536000 seconds"), std::string::npos);
-  EXPECT_NE(err({"--kill-grace", "-inf", "p"}).find("negative"), std::string::npos);
+  // Decimals only: strtod's hexadecimal (16 s), infinity and nan are refused.
+  for (const char* no : {"inf", "0x10", "1e", "e5", ".", "1.2.3", "+", "1 "}) {
+    EXPECT_EQ(err({"--timeout", no, "p"}),
+              "option '--timeout': '" + std::string(no) + "' is not a number of seconds (e.g. 30 or 0.5)")
+        << no;
+  }
+  EXPECT_DOUBLE_EQ(ok({"--timeout", "1e2", "p"}).timeout_s, 100);
+  EXPECT_DOUBLE_EQ(ok({"--timeout", ".5", "p"}).timeout_s, 0.5);
+  EXPECT_DOUBLE_EQ(ok({"--kill-grace", "2.", "p"}).kill_grace_s, 2);
+  EXPECT_NE(err({"--kill-grace", "-inf", "p"}).find("is not a number of seconds"), std::string::npos);
   for (const char* nan : {"nan", "NaN", "-nan"}) {
     EXPECT_NE(err({"--timeout", nan, "p"}).find("is not a number of seconds"), std::string::npos) << nan;
   }

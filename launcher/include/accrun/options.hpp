@@ -78,6 +78,11 @@ struct Options {
 // Parses argv.  Bad input is an invalid-argument Status whose message names
 // the option, says what is wrong and suggests the fix where one is obvious.
 Result<Options> parse_options(int argc, const char* const* argv);
+
+// The variables accrun itself reads (accrun(1) ENVIRONMENT): ACCRUN_LOG
+// and ACCRUN_AGENT_TIMEOUT, when set, must hold what they take; a bad one
+// is bad input, named with what it takes.
+Status check_environment(char** envp);
 // The --help text.
 std::string usage();
 
