@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <set>
@@ -38,6 +39,34 @@ std::size_t utf8_length_at(std::string_view text, std::size_t i) {
     return 0;
   }
   return len;
+}
+
+// The code point of the valid UTF-8 sequence of `len` bytes at text[i].
+char32_t utf8_decode(std::string_view text, std::size_t i, std::size_t len) {
+  const auto b = static_cast<unsigned char>(text[i]);
+  char32_t cp = len == 2 ? b & 0x1f : len == 3 ? b & 0x0f : b & 0x07;
+  for (std::size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3f);
+  return cp;
+}
+
+// Characters that look like a space, or like nothing, where a hostfile (or
+// a message quoting one) would show them: named, so that a message can say
+// what is there.
+const char* invisible_name(char32_t cp) {
+  if (cp == 0xa0 || cp == 0x202f) return "a non-breaking space";
+  if (cp >= 0x80 && cp <= 0x9f) return "a control character";
+  if (cp == 0xad) return "a soft hyphen";
+  if (cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x205f || cp == 0x3000) return "a wide space";
+  if ((cp >= 0x200b && cp <= 0x200f) || (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2060 && cp <= 0x2064) ||
+      cp == 0xfeff)
+    return "an invisible character";
+  return nullptr;
+}
+
+std::string code_point(char32_t cp) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "U+%04X", static_cast<unsigned>(cp));
+  return buf;
 }
 
 bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
@@ -193,9 +222,12 @@ Result<Expression> parse_expression(std::string_view expr) {
     std::size_t j = i;
     while (j < expr.size() && expr[j] != '[' && expr[j] != ']') ++j;
     std::string_view lit = expr.substr(i, j - i);
-    for (char ch : lit) {
-      if (!host_name_char(ch)) {
-        return invalid_argument("invalid host name '" + shown_name(expr) + "': '" + std::string(1, ch) +
+    for (std::size_t k = 0; k < lit.size(); ++k) {
+      if (!host_name_char(lit[k])) {
+        // The whole character where the byte starts one (é, a non-breaking space).
+        const std::size_t len = static_cast<unsigned char>(lit[k]) >= 0x80 ? utf8_length_at(lit, k) : 0;
+        return invalid_argument("invalid host name '" + shown_name(expr) + "': '" +
+                                std::string(lit.substr(k, std::max<std::size_t>(len, 1))) +
                                 "' is not allowed in a host name (letters, digits, '-', '_' and '.' are)");
       }
     }
@@ -539,7 +571,14 @@ std::string printable(std::string_view text) {
       out += static_cast<char>(b);
       ++i;
     } else if (std::size_t len = utf8_length_at(text, i); len != 0) {
-      out.append(text.substr(i, len));
+      const char32_t cp = utf8_decode(text, i, len);
+      if (invisible_name(cp) != nullptr) {
+        char buf[16];
+        std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
+        out += buf;
+      } else {
+        out.append(text.substr(i, len));
+      }
       i += len;
     } else {
       escape(b);
@@ -570,6 +609,10 @@ Status check_line_bytes(std::string_view line) {
     if (static_cast<unsigned char>(text[i]) < 0x80) {
       ++i;
     } else if (std::size_t len = utf8_length_at(text, i); len != 0) {
+      if (const char32_t cp = utf8_decode(text, i, len); const char* name = invisible_name(cp)) {
+        return invalid_argument(std::string(name) + " (" + code_point(cp) + ") in column " + std::to_string(i + 1) +
+                                " (separate words with plain spaces or tabs, and remove it from names)");
+      }
       i += len;
     } else {
       return invalid_argument("a byte that is not UTF-8 (" + printable(text.substr(i, 1)) + ") in column " +

@@ -445,7 +445,7 @@ TEST(HostfileInput, InvalidHostNamesNameFileLineAndName) {
   // Bytes that are not UTF-8, and UTF-8 that is not a host name.
   EXPECT_EQ(error_of("n\xff\xfe\n"), "hosts:1: a byte that is not UTF-8 (\\xff) in column 2 (save the hostfile "
                                      "as UTF-8 text)");
-  EXPECT_TRUE(has(error_of("caf\xc3\xa9\n"), "hosts:1: invalid host name 'caf\xc3\xa9': '\\xc3' is not allowed"));
+  EXPECT_TRUE(has(error_of("caf\xc3\xa9\n"), "hosts:1: invalid host name 'caf\xc3\xa9': '\xc3\xa9' is not allowed"));
   EXPECT_TRUE(has(error_of("n/1\n"), "'/' is not allowed in a host name"));
   EXPECT_TRUE(has(error_of("-node1\n"), "starts or ends with '-'"));
   EXPECT_TRUE(has(error_of("node1.\n"), "an empty part"));
@@ -481,18 +481,29 @@ TEST(HostfileInput, DuplicateWorkerInOnePodNamesBothLines) {
   EXPECT_TRUE(parse_hostfile("a pod=p worker=0\nb pod=q worker=0\nc worker=0\nd worker=0\n", "hosts").is_ok());
 }
 
-TEST(HostfileInput, ByteOrderMarkIsSkipped) {
+TEST(HostfileInput, ByteOrderMarkIsSkippedAndInvisibleCharactersAreNamed) {
   auto r = parse_hostfile("\xEF\xBB\xBFnode1 slots=2\nnode2\n", "hosts");
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_EQ(names(*r), (std::vector<std::string>{"node1", "node2"}));
   // Only at the start of the file.
-  EXPECT_TRUE(has(error_of("node1\n\xEF\xBB\xBFnode2\n"), "hosts:2: invalid host name"));
+  EXPECT_EQ(error_of("node1\n\xEF\xBB\xBFnode2\n"),
+            "hosts:2: an invisible character (U+FEFF) in column 1 (separate words with plain spaces or tabs, and "
+            "remove it from names)");
+  // Characters that show as a space are named, never shown as one.
+  EXPECT_EQ(error_of("node1\xc2\xa0slots=2\n"),
+            "hosts:1: a non-breaking space (U+00A0) in column 6 (separate words with plain spaces or tabs, and "
+            "remove it from names)");
+  EXPECT_TRUE(has(error_of("node1 slots=2\xe3\x80\x80\n"), "a wide space (U+3000) in column 14"));
+  EXPECT_TRUE(has(error_of("no\xe2\x80\x8b" "de1\n"), "an invisible character (U+200B) in column 3"));
+  // In a comment they are text.
+  EXPECT_TRUE(parse_hostfile("node1 # caf\xc3\xa9\xc2\xa0ok\n", "hosts").is_ok());
 }
 
 TEST(HostfileInput, MessagesNeverCarryRawControlBytes) {
   EXPECT_EQ(printable("a\tb\x01\x7f\\"), "a\\x09b\\x01\\x7f\\\\");
   EXPECT_EQ(printable("caf\xc3\xa9 \xff\xc3"), "caf\xc3\xa9 \\xff\\xc3");
   EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate is not UTF-8
+  EXPECT_EQ(printable("a\xc2\xa0" "b\xe2\x80\x8b\xef\xbb\xbf"), "a\\u00a0b\\u200b\\ufeff");
   using namespace std::string_literals;
   auto r = parse_hostfile("node1 pod=\xff\n"s, "ho\x01sts");
   ASSERT_FALSE(r.is_ok());

@@ -72,7 +72,8 @@ Result<std::vector<std::string>> expand_node_list(std::string_view list);
 // kMaxHosts entries.  Pure; thread-safe.
 Result<std::vector<int>> parse_counts_per_node(std::string_view text);
 // `text` made safe to print inside a message: control bytes, DEL and bytes
-// that are not part of valid UTF-8 are written \xNN, a backslash \\.
+// that are not part of valid UTF-8 are written \xNN, characters that show
+// as a space or as nothing (U+00A0, U+200B, ...) \uNNNN, a backslash \\.
 // Pure; thread-safe.
 std::string printable(std::string_view text);
 // The Inventory a declared host has before anyone has looked at it.
