@@ -890,6 +890,12 @@ TEST(Launcher, OnFailureContinueLetsSurvivorsFinish) {
   EXPECT_EQ(r.status, 4) << r.err;
   EXPECT_NE(r.out.find("survived 1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("survived 2"), std::string::npos) << r.out;
+  // A timeout after that failure ends the job, and the failure keeps naming
+  // its status (accrun(1) EXIT STATUS, 124).
+  RunResult late = run({"-n", "2", "--on-failure", "continue", "--timeout", "1", "sh", "-c",
+                        "[ $ACCRUN_RANK = 0 ] && exit 4; exec sleep 30"});
+  EXPECT_EQ(late.status, 4) << late.err;
+  EXPECT_NE(late.err.find("ranks still running: 1; terminating them"), std::string::npos) << late.err;
 }
 
 // ------------------------------------------------------------- signals
