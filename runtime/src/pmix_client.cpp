@@ -118,6 +118,8 @@ void on_event(size_t, pmix_status_t status, const pmix_proc_t*, pmix_info_t info
       how = "was lost with its host (its agent stopped answering)";
     else if (kind == "no-finalize" || status == PMIX_ERR_PROC_TERM_WO_SYNC)
       how = "exited without finalizing";
+    else if (kind == "no-init")
+      how = "exited without initialising PMIx while other ranks did";
     else if (status == PMIX_PROC_TERMINATED)
       how = exit_code ? "exited with status " + std::to_string(*exit_code) : "terminated";
     else if (status == PMIX_ERR_PROC_ABORTED || status == PMIX_ERR_PROC_REQUESTED_ABORT ||

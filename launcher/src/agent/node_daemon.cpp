@@ -295,6 +295,9 @@ class Daemon final : public ClientEvents, public DaemonControl {
   int add_output_pipe(int id, OutKind kind, const std::string& prefix);
   void watch_stream(size_t index);
   void record_failure(RankState& r, int status, const std::string& kind, const std::string& how, bool quiet = false);
+  // A rank of the job that ended (status 0) without initialising PMIx or
+  // PMI while another rank here did: a failure, as it holds up the fences.
+  void never_initialised(RankState& r);
   void apply_policy();
   void terminate_all(int sig);
   void pass_on(int sig);
@@ -379,6 +382,8 @@ class Daemon final : public ClientEvents, public DaemonControl {
 
   std::vector<int> local_ranks_;        // global ranks on this host
   std::map<int, RankState> ranks_;      // by global rank
+  std::optional<int> first_connected_;  // the first rank here that initialised PMIx or PMI
+  std::vector<int> ended_before_init_;  // ranks that ended (status 0) before any rank here initialised
   std::map<pid_t, int> pid_rank_;
   std::vector<std::unique_ptr<OutStream>> streams_;
   std::unique_ptr<StdinForwarder> stdin_;  // when local ranks take accrun's stdin
@@ -439,7 +444,27 @@ std::vector<int> Daemon::running_ranks() const {
 }
 
 void Daemon::on_connected(int rank) {
-  if (RankState* r = state_of(rank)) r->connected = true;
+  RankState* r = state_of(rank);
+  if (r == nullptr) return;
+  r->connected = true;
+  if (is_spawned_id(rank)) return;
+  if (first_connected_) return;
+  first_connected_ = rank;
+  // Across hosts the controller judges it: the ranks may be on different hosts.
+  if (plan_.hosts.size() > 1) return up_->initialised(rank);
+  // Ranks that ended before any rank here initialised: now they leave
+  // this one waiting in the job's fences.
+  std::vector<int> early;
+  early.swap(ended_before_init_);
+  for (int e : early)
+    if (RankState* gone = state_of(e)) never_initialised(*gone);
+}
+
+void Daemon::never_initialised(RankState& r) {
+  record_failure(r, 1, "no-init",
+                 "exited without initialising PMIx (MPI_Init), while rank " + std::to_string(*first_connected_) +
+                     " did: once one rank initialises, every rank must, or the others wait for it in the job's "
+                     "fences for ever");
 }
 
 void Daemon::on_finalized(int rank) {
@@ -812,6 +837,16 @@ void Daemon::reap() {
         record_failure(r, code, "exit", "exited with status " + std::to_string(code));
       } else if (r.connected && !r.finalized) {
         record_failure(r, 1, "no-finalize", "exited without finalizing after connecting to PMIx");
+      } else if (!r.connected && !is_spawned_id(r.rank)) {
+        // A rank that never initialised holds up every fence of the job's
+        // once the others do (the PMIx server waits for each local rank).
+        if (plan_.hosts.size() > 1) {
+          up_->ended_uninitialised(r.rank);
+        } else if (first_connected_) {
+          never_initialised(r);
+        } else {
+          ended_before_init_.push_back(r.rank);
+        }
       }
     }
   }

@@ -140,6 +140,11 @@ class Upstream {
   virtual void output(int stream, const char* data, size_t n) = 0;
   // The first failure of a local rank (status as accrun would exit with).
   virtual void rank_failed(int rank, int status, const std::string& kind, const std::string& text) = 0;
+  // Across hosts: the first local rank that initialised PMIx or PMI, and
+  // each local rank that ended (status 0) without initialising; the
+  // controller judges the pair (protocol.hpp, kInitialised).
+  virtual void initialised(int /*rank*/) {}
+  virtual void ended_uninitialised(int /*rank*/) {}
   // A PMIx fence over `signature` ("*" or a rank list): `blob` is this
   // host's contribution; `done` gets every host's, concatenated.
   virtual void fence(const std::string& signature, std::string blob,

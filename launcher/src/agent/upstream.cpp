@@ -228,6 +228,18 @@ void AgentUpstream::rank_failed(int rank, int status, const std::string& kind, c
   post(msg::kRankFailed, w.data());
 }
 
+void AgentUpstream::initialised(int rank) {
+  wire::Writer w;
+  w.u32(static_cast<uint32_t>(rank));
+  post(msg::kInitialised, w.data());
+}
+
+void AgentUpstream::ended_uninitialised(int rank) {
+  wire::Writer w;
+  w.u32(static_cast<uint32_t>(rank));
+  post(msg::kEndedUninitialised, w.data());
+}
+
 void AgentUpstream::fence(const std::string& signature, std::string blob,
            std::function<void(bool, std::string)> done) {
   if (whole_fences_fail_) {

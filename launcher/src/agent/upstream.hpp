@@ -49,6 +49,8 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   bool catch_up(DaemonControl& daemon) override;
   void output(int stream, const char* data, size_t n) override;
   void rank_failed(int rank, int status, const std::string& kind, const std::string& text) override;
+  void initialised(int rank) override;
+  void ended_uninitialised(int rank) override;
   void fence(const std::string& signature, std::string blob,
              std::function<void(bool, std::string)> done) override;
   bool tick() override;

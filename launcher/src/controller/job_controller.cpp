@@ -151,6 +151,12 @@ class Controller {
   // A host was lost: every agent hears that whole-job fences fail
   // (kFencesFail), with the answer of each one's last completed round.
   bool tree_fences_failed_ = false;
+  // A rank that ended without initialising PMIx while another did
+  // (kInitialised, kEndedUninitialised): a failure, as it holds up the
+  // job's fences.  The first rank that initialised, with its agent.
+  std::optional<int> first_initialised_;
+  std::vector<int> ended_uninitialised_;
+  void judge_uninitialised();
   std::map<std::string, std::string> last_answer_;  // whole-job signature -> kFenceDone payload
   void fail_tree_fences();
   // Whether contributions from `sender` may carry agent `agent`'s part.
@@ -747,6 +753,29 @@ void Controller::fail(int status) {
 // The job's first failure, on `agent`'s host: under --on-failure kill the
 // other hosts' ranks are terminated (that host applies the policy to its
 // own).
+void Controller::judge_uninitialised() {
+  if (!first_initialised_) return;
+  std::vector<int> ended;
+  ended.swap(ended_uninitialised_);
+  for (int rank : ended) {
+    if (terminating_) return;
+    const std::string text = "rank " + std::to_string(rank) + " on host " + host_name_of_proc(rank) +
+                             " exited without initialising PMIx (MPI_Init), while rank " +
+                             std::to_string(*first_initialised_) + " on host " + host_name_of_proc(*first_initialised_) +
+                             " did: once one rank initialises, every rank must, or the others wait for it in the "
+                             "job's fences for ever";
+    say(text);
+    bool first = !exit_code_.has_value();
+    fail(1);
+    // Every host's ranks hear of it, its own host's too (its agent did not judge it).
+    peer_failed(rank, 1, "no-init", text, -1);
+    if (first && options_.on_failure == OnFailure::kKill) {
+      say("terminating the ranks still running on every host (--on-failure kill)");
+      end_others(-1);
+    }
+  }
+}
+
 void Controller::end_others(int agent) {
   if (options_.on_failure != OnFailure::kKill) return;
   terminating_ = true;
@@ -874,6 +903,18 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
         ++completed_[sig];
       }
       return;
+    }
+    case msg::kInitialised:
+    case msg::kEndedUninitialised: {
+      auto rank = r.u32("initialised: rank");
+      if (!rank || *rank > INT32_MAX || agent_of_proc(static_cast<int>(*rank)) != agent)
+        return on_lost(agent, "sent a malformed rank");
+      if (f.type == msg::kEndedUninitialised) {
+        ended_uninitialised_.push_back(static_cast<int>(*rank));
+      } else if (!first_initialised_) {
+        first_initialised_ = static_cast<int>(*rank);
+      }
+      return judge_uninitialised();
     }
     case msg::kDone: {
       auto status = r.i32("done: status");

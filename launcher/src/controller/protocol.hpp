@@ -145,6 +145,14 @@ enum Type : uint16_t {
   // the controller completed, bytes the last one's answer (a kFenceDone
   // payload; a host whose parent agent was lost may not have had it)).
   kFencesFail = 34,
+  // agent → controller, in a job across hosts: u32 the first of this
+  // host's ranks that initialised PMIx or PMI (once), and u32 each rank of
+  // the job that ended with status 0 without initialising.  A rank that
+  // never initialised while another did holds up the job's fences for ever,
+  // so the controller takes it for a failed rank (on one host the agent
+  // itself does).
+  kInitialised = 35,
+  kEndedUninitialised = 36,
 };
 
 constexpr size_t kStdinWindow = 1 << 20;

@@ -524,6 +524,29 @@ TEST(Launcher, WholeJobFencesTravelTheLaunchTree) {
 #endif
 }
 
+// A rank that ends without initialising PMIx while another initialises
+// holds up every fence of the job's; it is a failure (status 1), on one host
+// (its agent judges it) and across hosts (the controller does), whichever
+// comes first: the exit or the other's initialisation.
+TEST(Launcher, ARankEndingBeforeInitWhileAnotherInitialisesFailsTheJob) {
+  const std::string early = "[ $ACCRUN_RANK = 0 ] && exit 0; exec \"$0\" fence-after=0";
+  const std::string late = "[ $ACCRUN_RANK = 0 ] && { sleep 1; exit 0; }; exec \"$0\" fence-after=0";
+  for (const auto& hosts : {std::vector<std::string>{}, std::vector<std::string>{"-H", "ta:1,tb:2", "--launch-agent", "{cmd}"}}) {
+    for (const auto& body : {early, late}) {
+      auto t0 = Clock::now();
+      std::vector<std::string> args = {"-n", "3", "--kill-grace", "1"};
+      args.insert(args.end(), hosts.begin(), hosts.end());
+      args.insert(args.end(), {"sh", "-c", body, PMIX_CLIENT_EXE});
+      RunResult r = run(args, {}, 30);
+      EXPECT_EQ(r.status, 1) << body << "\n" << r.err;
+      EXPECT_TRUE(std::regex_search(r.err, std::regex("rank 0 on host \\S+ exited without initialising PMIx \\(MPI_Init\\), "
+                                                      "while rank [12] (on host \\S+ )?did")))
+          << r.err;
+      EXPECT_LT(Clock::now() - t0, std::chrono::seconds(8)) << body;
+    }
+  }
+}
+
 TEST(Launcher, ExitWithoutFinalizeIsAFailure) {
   auto t0 = Clock::now();
   RunResult r = run({"-n", "3", "--kill-grace", "1", PMIX_CLIENT_EXE, "quit=1"});
