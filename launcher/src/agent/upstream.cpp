@@ -228,16 +228,14 @@ void AgentUpstream::rank_failed(int rank, int status, const std::string& kind, c
   post(msg::kRankFailed, w.data());
 }
 
-void AgentUpstream::initialised(int rank) {
-  wire::Writer w;
-  w.u32(static_cast<uint32_t>(rank));
-  post(msg::kInitialised, w.data());
-}
+void AgentUpstream::initialised(int rank) { post_rank(msg::kInitialised, rank); }
 
-void AgentUpstream::ended_uninitialised(int rank) {
+void AgentUpstream::ended_uninitialised(int rank) { post_rank(msg::kEndedUninitialised, rank); }
+
+void AgentUpstream::post_rank(uint16_t type, int rank) {
   wire::Writer w;
   w.u32(static_cast<uint32_t>(rank));
-  post(msg::kEndedUninitialised, w.data());
+  post(type, w.data());
 }
 
 void AgentUpstream::fence(const std::string& signature, std::string blob,

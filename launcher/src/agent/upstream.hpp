@@ -64,6 +64,8 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   // Sends one frame; a send that had to wait ended because the controller
   // read, which is word from it too.
   void post(uint16_t type, std::string_view payload);
+  // A frame whose payload is one u32 rank.
+  void post_rank(uint16_t type, int rank);
   void beat_now();
   wire::FrameDecoder& decoder() { return decoder_; }
   // Frames read in the same batch as the launch, after it: the daemon
