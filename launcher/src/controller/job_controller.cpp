@@ -151,14 +151,15 @@ class Controller {
   // A host was lost: every agent hears that whole-job fences fail
   // (kFencesFail), with the answer of each one's last completed round.
   bool tree_fences_failed_ = false;
+  std::map<std::string, std::string> last_answer_;  // whole-job signature -> kFenceDone payload
+  void fail_tree_fences();
   // A rank that ended without initialising PMIx while another did
   // (kInitialised, kEndedUninitialised): a failure, as it holds up the
-  // job's fences.  The first rank that initialised, with its agent.
+  // job's fences.  The first rank that initialised, and those that ended
+  // uninitialised, not judged yet.
   std::optional<int> first_initialised_;
   std::vector<int> ended_uninitialised_;
   void judge_uninitialised();
-  std::map<std::string, std::string> last_answer_;  // whole-job signature -> kFenceDone payload
-  void fail_tree_fences();
   // Whether contributions from `sender` may carry agent `agent`'s part.
   bool carries_for(int sender, int agent) const;
   // The agent whose host runs a rank or a spawned process (-1: none).
@@ -750,9 +751,6 @@ void Controller::fail(int status) {
   if (!exit_code_) exit_code_ = status;
 }
 
-// The job's first failure, on `agent`'s host: under --on-failure kill the
-// other hosts' ranks are terminated (that host applies the policy to its
-// own).
 void Controller::judge_uninitialised() {
   if (!first_initialised_) return;
   std::vector<int> ended;
@@ -776,6 +774,9 @@ void Controller::judge_uninitialised() {
   }
 }
 
+// The job's first failure, on `agent`'s host: under --on-failure kill the
+// other hosts' ranks are terminated (that host applies the policy to its
+// own).
 void Controller::end_others(int agent) {
   if (options_.on_failure != OnFailure::kKill) return;
   terminating_ = true;
