@@ -162,7 +162,33 @@ class InfoList {
 };
 
 // ------------------------------------------------------------------- upcalls
-// Each runs on PMIx's progress thread: copy, queue, return.
+// Each runs on PMIx's progress thread: copy, queue, return.  The answer
+// goes back to the library on that thread too (on_progress_thread).
+
+void run_shifted(pmix_status_t, void* cbdata) {
+  std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(cbdata));
+  (*fn)();
+}
+
+// Runs `fn` on the library's progress thread.  OpenPMIx 4.2 queues the
+// reply of many host callbacks (publish, unpublish, lookup, a client's
+// connect and finalize, abort, job control, queries) on the caller's
+// thread, touching the client's send queue without a lock; from the
+// agent's event loop that raced the progress thread's own replies to the
+// same client, and a reply was lost (a client that looked up keys from
+// several threads hung in PMIx_Lookup).  PMIx_server_setup_local_support
+// without a namespace thread-shifts, does nothing else (its network
+// plugins refuse a missing namespace) and calls back there, in every
+// version.  Where the library is going down, `fn` runs here.
+void on_progress_thread(std::function<void()> fn) {
+  auto* box = new std::function<void()>(std::move(fn));
+  if (PMIx_server_setup_local_support(nullptr, nullptr, 0, run_shifted, box) != PMIX_SUCCESS) run_shifted(PMIX_SUCCESS, box);
+}
+
+// An op callback's answer, on the progress thread.
+void answer_op(pmix_op_cbfunc_t cbfunc, void* cbdata, pmix_status_t status) {
+  if (cbfunc) on_progress_thread([cbfunc, cbdata, status] { cbfunc(status, cbdata); });
+}
 
 pmix_status_t up_connected(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t cbfunc, void* cbdata) {
   PmixServer* s = g_active.load();
@@ -170,7 +196,7 @@ pmix_status_t up_connected(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t cbfu
   pmix_proc_t p = *proc;
   s->queue()->push([s, p, cbfunc, cbdata] {
     if (int id = s->id_of(p); id >= 0) s->events()->on_connected(id);
-    if (cbfunc) cbfunc(PMIX_SUCCESS, cbdata);
+    answer_op(cbfunc, cbdata, PMIX_SUCCESS);
   });
   return PMIX_SUCCESS;
 }
@@ -181,7 +207,7 @@ pmix_status_t up_finalized(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t cbfu
   pmix_proc_t p = *proc;
   s->queue()->push([s, p, cbfunc, cbdata] {
     if (int id = s->id_of(p); id >= 0) s->events()->on_finalized(id);
-    if (cbfunc) cbfunc(PMIX_SUCCESS, cbdata);
+    answer_op(cbfunc, cbdata, PMIX_SUCCESS);
   });
   return PMIX_SUCCESS;
 }
@@ -212,7 +238,7 @@ pmix_status_t up_abort(const pmix_proc_t* proc, void*, int status, const char ms
   // Whatever set of processes it names, an abort ends the job (mpirun's rule).
   s->queue()->push([s, p, status, message, cbfunc, cbdata] {
     if (int id = s->id_of(p); id >= 0) s->events()->on_abort(id, status, message);
-    if (cbfunc) cbfunc(PMIX_SUCCESS, cbdata);
+    answer_op(cbfunc, cbdata, PMIX_SUCCESS);
   });
   return PMIX_SUCCESS;
 }
@@ -355,7 +381,7 @@ pmix_status_t up_job_control(const pmix_proc_t* requestor, const pmix_proc_t tar
   }
   s->queue()->push([s, req, who, sig, stop, cbfunc, cbdata] {
     s->events()->on_job_control(s->id_of(req), s->ids_of(who), sig, stop, [cbfunc, cbdata](int status) {
-      if (cbfunc) cbfunc(status, nullptr, 0, cbdata, nullptr, nullptr);
+      if (cbfunc) on_progress_thread([cbfunc, cbdata, status] { cbfunc(status, nullptr, 0, cbdata, nullptr, nullptr); });
     });
   });
   return PMIX_SUCCESS;
@@ -413,7 +439,9 @@ pmix_status_t up_query(pmix_proc_t*, pmix_query_t* queries, size_t nqueries, pmi
     pmix_status_t status = answer->n == 0 ? PMIX_ERR_NOT_FOUND
                            : answer->n < asked.size() ? PMIX_QUERY_PARTIAL_SUCCESS
                                                       : PMIX_SUCCESS;
-    cbfunc(status, answer->info, answer->n, cbdata, release_answer, answer);
+    on_progress_thread([cbfunc, cbdata, status, answer] {
+      cbfunc(status, answer->info, answer->n, cbdata, release_answer, answer);
+    });
   });
   return PMIX_SUCCESS;
 }
@@ -429,12 +457,14 @@ pmix_status_t up_direct_modex(const pmix_proc_t* proc, const pmix_info_t[], size
   s->queue()->push([s, p, cbfunc, cbdata] {
     int id = s->id_of(p);
     if (id < 0) {
-      cbfunc(PMIX_ERR_NOT_FOUND, nullptr, 0, cbdata, nullptr, nullptr);
+      on_progress_thread([cbfunc, cbdata] { cbfunc(PMIX_ERR_NOT_FOUND, nullptr, 0, cbdata, nullptr, nullptr); });
       return;
     }
     s->modex_router()(id, [cbfunc, cbdata](int status, std::string blob) {
       auto* owned = new std::string(std::move(blob));
-      cbfunc(status, owned->data(), owned->size(), cbdata, release_blob, owned);
+      on_progress_thread([cbfunc, cbdata, status, owned] {
+        cbfunc(status, owned->data(), owned->size(), cbdata, release_blob, owned);
+      });
     });
   });
   return PMIX_SUCCESS;
@@ -470,9 +500,7 @@ pmix_status_t up_publish(const pmix_proc_t* proc, const pmix_info_t info[], size
   }
   pmix_proc_t p = *proc;
   s->queue()->push([s, p, values = std::move(values), cbfunc, cbdata]() mutable {
-    s->do_publish(s->id_of(p), std::move(values), [cbfunc, cbdata](int rc) {
-      if (cbfunc) cbfunc(rc, cbdata);
-    });
+    s->do_publish(s->id_of(p), std::move(values), [cbfunc, cbdata](int rc) { answer_op(cbfunc, cbdata, rc); });
   });
   return PMIX_SUCCESS;
 }
@@ -539,9 +567,7 @@ pmix_status_t up_unpublish(const pmix_proc_t* proc, char** keys, const pmix_info
   for (size_t i = 0; keys != nullptr && keys[i] != nullptr; ++i) names.emplace_back(keys[i]);
   pmix_proc_t p = *proc;
   s->queue()->push([s, p, names = std::move(names), cbfunc, cbdata]() mutable {
-    s->do_unpublish(s->id_of(p), std::move(names), [cbfunc, cbdata](int rc) {
-      if (cbfunc) cbfunc(rc, cbdata);
-    });
+    s->do_unpublish(s->id_of(p), std::move(names), [cbfunc, cbdata](int rc) { answer_op(cbfunc, cbdata, rc); });
   });
   return PMIX_SUCCESS;
 }
@@ -1046,14 +1072,19 @@ void PmixServer::do_lookup(std::shared_ptr<PendingLookup> lookup) {
             if (unpack_value(f.packed, &pd[n].value)) ++n;
           }
           if (n == 0 && status == PMIX_SUCCESS) status = PMIX_ERR_NOT_FOUND;
-          if (lookup->cbfunc) lookup->cbfunc(status, pd, n, lookup->cbdata);
-          if (pd != nullptr) PMIX_PDATA_FREE(pd, found.size());
           lookup->done = true;
+          const size_t made = found.size();
+          on_progress_thread([lookup, status, pd, n, made]() mutable {
+            if (lookup->cbfunc) lookup->cbfunc(status, pd, n, lookup->cbdata);
+            if (pd != nullptr) PMIX_PDATA_FREE(pd, made);
+          });
         });
     return;
   }
-  if (lookup->cbfunc) lookup->cbfunc(PMIX_ERR_NOT_SUPPORTED, nullptr, 0, lookup->cbdata);
   lookup->done = true;
+  on_progress_thread([lookup] {
+    if (lookup->cbfunc) lookup->cbfunc(PMIX_ERR_NOT_SUPPORTED, nullptr, 0, lookup->cbdata);
+  });
 }
 
 void PmixServer::do_unpublish(int rank, std::vector<std::string> keys, std::function<void(int)> reply) {

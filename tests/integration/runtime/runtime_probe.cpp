@@ -342,6 +342,44 @@ void forked() {
   OK(accrun_group_destroy(g));
 }
 
+// Eight threads on every rank at once, each putting keys and getting its
+// own and the next rank's (waiting), then a group of its own: the agent's
+// answers to one client come close together (the library once lost one
+// of them, and a thread waited in PMIx_Lookup for ever).
+void threads() {
+  const int n = accrun_size(), r = accrun_rank();
+  constexpr int kThreads = 8, kRounds = 200;
+  std::atomic<int> bad{0};
+  std::string first_error;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < kThreads; ++t) {
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < kRounds; ++i) {
+        const std::string mine = "t." + std::to_string(r) + "." + std::to_string(t) + "." + std::to_string(i);
+        const std::string next = "t." + std::to_string((r + 1) % n) + "." + std::to_string(t) + "." + std::to_string(i);
+        char buf[64];
+        std::size_t len = 0;
+        if (accrun_put(mine.c_str(), mine.c_str(), mine.size() + 1) != ACCRUN_SUCCESS ||
+            accrun_get(mine.c_str(), buf, sizeof buf, &len, 0) != ACCRUN_SUCCESS || next.size() + 1 > sizeof buf ||
+            accrun_get(next.c_str(), buf, sizeof buf, &len, 20'000) != ACCRUN_SUCCESS || next != buf) {
+          if (bad++ == 0) first_error = mine + ": " + accrun_last_error();
+          return;
+        }
+      }
+      accrun_group_t g;
+      const std::string name = "threads." + std::to_string(t);
+      std::int64_t one = 1, sum = 0;
+      if (accrun_group_init(name.c_str(), n, r, ACCRUN_BACKEND_STORE, &g) != ACCRUN_SUCCESS ||
+          accrun_allreduce(g, &one, &sum, 1, ACCRUN_INT64, ACCRUN_SUM, nullptr) != ACCRUN_SUCCESS || sum != n ||
+          accrun_group_destroy(g) != ACCRUN_SUCCESS) {
+        if (bad++ == 0) first_error = name + ": " + accrun_last_error();
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  expect(bad == 0, std::to_string(bad.load()) + " thread(s) failed, the first: " + first_error);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -359,6 +397,7 @@ int main(int argc, char** argv) {
   else if (mode == "leave") leave();
   else if (mode == "badargs") badargs();
   else if (mode == "forked") forked();
+  else if (mode == "threads") threads();
   else if (mode == "objects") objects(argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 1);
   else die("unknown scenario " + mode);
   OK(accrun_finalize());

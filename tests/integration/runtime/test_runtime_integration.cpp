@@ -83,6 +83,16 @@ TEST(RuntimeIntegration, WrongUseIsAnErrorNotAHang) {
   EXPECT_EQ(count(r.output, "OK badargs"), 2) << r.output;
 }
 
+// Each run hung in 4 of 5 tries (until --timeout) before the agent gave
+// its answers back on the PMIx library's own thread.
+TEST(RuntimeIntegration, ManyThreadsOfOneRankGetEveryAnswer) {
+  for (int run = 0; run < 3; ++run) {
+    auto r = accrun("-n 2 --timeout 40 " + kProbe + " threads", 60);
+    EXPECT_EQ(r.status, 0) << "run " << run << "\n" << r.output;
+    EXPECT_EQ(count(r.output, "OK threads"), 2) << r.output;
+  }
+}
+
 TEST(RuntimeIntegration, AChildForkedAfterInitLeavesItsParentWorking) {
   auto r = accrun("-n 2 " + kProbe + " forked", 30);
   EXPECT_EQ(r.status, 0) << r.output;
