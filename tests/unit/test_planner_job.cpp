@@ -143,6 +143,11 @@ TEST_F(BuildPlan, HostListAndDefaults) {
   ASSERT_FALSE(p.is_ok());
   EXPECT_NE(p.status().message().find("the hosts have 2 slots under --npernode 3 (a: 1, b: 1)"), std::string::npos)
       << p.status().message();
+  // The advice fits the limit: --oversubscribe lifts the slots, never --npernode.
+  p = run({"--dry-run", "-n", "3", "-H", "a:4", "--npernode", "2", "--oversubscribe", "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().message(),
+            "cannot place rank 2 of -n 3: the hosts have 2 slots under --npernode 2 (a: 2); add hosts or raise --npernode");
 }
 
 TEST_F(BuildPlan, BadHostfilesAreInvalidArguments) {

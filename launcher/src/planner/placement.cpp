@@ -117,6 +117,11 @@ Status explain_full(const JobSpec& spec, const std::vector<HostSlots>& hosts,
     ++shown;
   }
   if (!detail.empty()) msg += " (" + detail + ")";
+  // What would help: --oversubscribe lifts the slots, never --npernode.
+  if (spec.oversubscribe) return invalid_argument(msg + "; add hosts or raise --npernode");
+  if (spec.npernode > 0)
+    return invalid_argument(msg + "; add hosts, raise --npernode, or add slots or give --oversubscribe where the "
+                                  "slots are fewer");
   return invalid_argument(msg + "; add hosts or slots, or give --oversubscribe");
 }
 
