@@ -632,6 +632,7 @@ void Daemon::spawn_launch(const SpawnLaunch& l, std::function<void(int, std::str
 
     ChildSpec c;
     c.in_fd = devnull;
+    c.hup_ignored = cfg_.hup_ignored;
     std::vector<int> close_after;
     std::string prefix = tag_prefix("spawn" + std::to_string(l.k) + ":" + std::to_string(rank));
     for (int which = 0; which < 2; ++which) {
@@ -859,6 +860,7 @@ void Daemon::handle_signal(const signalfd_siginfo& si) {
     return;
   }
   if (!cfg_.own_signals) return;  // the controller forwards what the ranks hear
+  if (sig == SIGHUP && cfg_.hup_ignored) return;  // accrun runs under nohup: so do its ranks
   if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) {
     terminate_all(sig);
     return;
@@ -1294,6 +1296,7 @@ int Daemon::setup_and_spawn() {
     int r = local_ranks_[i];
     ChildSpec& c = specs[i];
     c.in_fd = devnull;
+    c.hup_ignored = cfg_.hup_ignored;
     if (std::find(stdin_ranks.begin(), stdin_ranks.end(), r) != stdin_ranks.end()) {
       if (stdin_direct) {
         if (stdin_ranks.size() == 1) {

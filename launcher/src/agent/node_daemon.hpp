@@ -187,6 +187,7 @@ struct RunConfig {
   OnFailure on_failure = OnFailure::kKill;  // --on-failure
   MpiMode mpi = MpiMode::kAuto;         // --mpi: which of the PMIx and PMI servers ranks are pointed at
   bool report_bindings = false;         // --report-bindings
+  bool hup_ignored = false;             // accrun started with SIGHUP ignored (nohup): so start the ranks
   bool bind = true;                     // false when the topology is not this host's (XML)
   std::vector<std::pair<std::string, std::optional<std::string>>> exports;  // -x
   Env inherited;                        // the environment accrun started with

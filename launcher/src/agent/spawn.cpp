@@ -194,6 +194,7 @@ __attribute__((noinline)) pid_t spawn_child(const char* path, char* const* argv,
   // started accrun in the background leaves SIGINT ignored, and an ignored
   // signal stays ignored across execve (ranks would not see Ctrl-C).
   for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2, SIGTSTP}) signal(s, SIG_DFL);
+  if (c.hup_ignored) signal(SIGHUP, SIG_IGN);
   // A session of its own (and so a process group of its own, whose id is
   // its pid), as mpiexec.hydra and slurmstepd start tasks: with the
   // kernel's autogroup scheduling each session is one scheduling group, so

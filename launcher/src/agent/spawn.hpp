@@ -61,6 +61,7 @@ struct ChildSpec {
   int err_fd = -1;
   int pmi_fd = -1;  // the rank's PMI socket (close-on-exec until the child clears it)
   bool bind = false;
+  bool hup_ignored = false;  // SIGHUP stays ignored in the child (accrun under nohup)
   cpu_set_t cpus;
 };
 

@@ -61,10 +61,16 @@ Result<std::vector<hostfiles::HostEntry>> entries_of(const Options& options) {
 class Controller {
  public:
   Controller(const Options& options, char** envp, std::function<Result<Plan>()> plan_here)
-      : options_(options), envp_(envp), plan_here_(std::move(plan_here)), planned_(bool(plan_here_)) {}
+      : options_(options), envp_(envp), plan_here_(std::move(plan_here)), planned_(bool(plan_here_)) {
+    struct sigaction hup {};
+    hup_ignored_ = sigaction(SIGHUP, nullptr, &hup) == 0 && hup.sa_handler == SIG_IGN;
+  }
   int run();
 
  private:
+  // accrun was started with SIGHUP ignored (nohup): a hangup is not
+  // forwarded, and the ranks start with it ignored, as nohup's commands do.
+  bool hup_ignored_ = false;
   int plan_here_and_start();
   int start_agents(bool wait = true, const std::string& prepare_as = "");
   int plan_and_launch();
@@ -498,6 +504,7 @@ int Controller::launch() {
   cfg.on_failure = options_.on_failure;
   cfg.mpi = options_.mpi;
   cfg.report_bindings = options_.report_bindings;
+  cfg.hup_ignored = hup_ignored_;
   // -x VAR takes its value from accrun's environment here, not the agents'.
   for (auto [name, value] : options_.exports) {
     if (!value) {
@@ -1072,6 +1079,7 @@ int Controller::loop() {
   sigset_t mask, old;
   sigemptyset(&mask);
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT}) sigaddset(&mask, s);
+  if (hup_ignored_) sigdelset(&mask, SIGHUP);
   sigprocmask(SIG_BLOCK, &mask, &old);
   int sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   Clock::time_point last_beat{};

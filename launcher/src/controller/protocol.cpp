@@ -36,6 +36,7 @@ std::string encode_launch(int host, const Plan& plan, const RunConfig& config) {
   w.f64(config.timeout_s);
   w.u8(static_cast<uint8_t>(config.on_failure));
   w.boolean(config.report_bindings);
+  w.boolean(config.hup_ignored);
   w.boolean(config.bind);
   w.str(config.jobid);
   w.u32(static_cast<uint32_t>(config.exports.size()));
@@ -110,6 +111,7 @@ Result<Launch> decode_launch(std::string_view payload) {
   if (mode > static_cast<uint8_t>(OnFailure::kContinue)) return invalid_argument("launch: bad failure policy");
   c.on_failure = static_cast<OnFailure>(mode);
   ACCRUN_READ(c.report_bindings, r.boolean("launch: report bindings"));
+  ACCRUN_READ(c.hup_ignored, r.boolean("launch: hangup ignored"));
   ACCRUN_READ(c.bind, r.boolean("launch: bind"));
   ACCRUN_READ(c.jobid, r.str("launch: job id"));
   if (c.jobid.empty() || c.jobid.size() > 32 || c.jobid.find_first_not_of("0123456789abcdef") != std::string::npos)

@@ -932,6 +932,33 @@ TEST(Launcher, SigintReachesEveryRank) {
   for (int r = 0; r < 3; ++r) EXPECT_NE(p.out().find("INT " + std::to_string(r)), std::string::npos) << p.out();
 }
 
+// Under nohup (SIGHUP ignored) a hangup neither ends the job nor reaches
+// the ranks, which start with it ignored as nohup's own command would;
+// without nohup it is forwarded and ends the job (129).
+TEST(Launcher, UnderNohupTheJobAndItsRanksIgnoreHangups) {
+  const std::vector<std::string> job = {"-n", "2", "sh", "-c",
+                                        "grep SigIgn /proc/self/status; echo ready; sleep 1; echo survived $ACCRUN_RANK"};
+  auto two_ready = [](const std::string& o) { return o.find("ready") != o.rfind("ready"); };
+  Proc p(job, {}, nullptr, [] { signal(SIGHUP, SIG_IGN); });
+  ASSERT_TRUE(p.read_until(two_ready, 10)) << p.out() << p.err();
+  kill(p.pid(), SIGHUP);
+  EXPECT_EQ(p.wait(10), 0) << p.err();
+  std::smatch m;
+  int ignored = 0, survived = 0;
+  for (const auto& l : lines_of(p.out())) {
+    if (std::regex_search(l, m, std::regex("^SigIgn:\\s*([0-9a-f]+)$")))
+      ignored += (std::stoull(m[1].str(), nullptr, 16) >> (SIGHUP - 1)) & 1;
+    survived += l.rfind("survived ", 0) == 0;
+  }
+  EXPECT_EQ(ignored, 2) << p.out();
+  EXPECT_EQ(survived, 2) << p.out();
+
+  Proc q(job);
+  ASSERT_TRUE(q.read_until(two_ready, 10)) << q.out() << q.err();
+  kill(q.pid(), SIGHUP);
+  EXPECT_EQ(q.wait(10), 128 + SIGHUP) << q.err();
+}
+
 // Started with stdin closed, accrun's first descriptor (its signalfd) used
 // to become fd 0 and be read as input: the job hung and ignored signals.
 TEST(Launcher, ClosedStdinIsNotTakenForInput) {
