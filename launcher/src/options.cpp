@@ -430,7 +430,8 @@ Result<Options> convert(const po::variables_map& vm, std::vector<std::string> co
       o.stdin_mode = StdinMode::kAll;
     } else {
       auto n = parse_whole("stdin", *v, 0, "--stdin 0, --stdin all or --stdin none");
-      if (!n) return bad("stdin", "'" + *v + "' is not none, all or a rank number");
+      const bool digits = !v->empty() && std::all_of(v->begin(), v->end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (!n) return digits ? n.status() : bad("stdin", "'" + *v + "' is not none, all or a rank number");
       o.stdin_mode = StdinMode::kRank;
       o.stdin_rank = static_cast<int>(*n);
     }
@@ -438,6 +439,9 @@ Result<Options> convert(const po::variables_map& vm, std::vector<std::string> co
   if (const auto* v = str("timeout")) {
     auto s = parse_seconds("timeout", *v, kMaxTimeoutS, "one year");
     if (!s) return s.status();
+    // Shown in milliseconds at the end, a shorter one would read as 0 (no timeout).
+    if (*s > 0 && *s < 0.001)
+      return bad("timeout", "'" + *v + "' is less than a millisecond (0 means no timeout; give at least 0.001)");
     o.timeout_s = *s;
   }
   if (const auto* v = str("kill-grace")) {

@@ -229,6 +229,10 @@ TEST(OptionsLimits, TimesAreFiniteAndBounded) {
         << no;
   }
   EXPECT_DOUBLE_EQ(ok({"--timeout", "1e2", "p"}).timeout_s, 100);
+  EXPECT_EQ(err({"--timeout", "1e-9", "p"}),
+            "option '--timeout': '1e-9' is less than a millisecond (0 means no timeout; give at least 0.001)");
+  EXPECT_DOUBLE_EQ(ok({"--timeout", "0.001", "p"}).timeout_s, 0.001);
+  EXPECT_EQ(err({"--stdin", "4294967296", "p"}), "option '--stdin': '4294967296' is too large");
   EXPECT_DOUBLE_EQ(ok({"--timeout", ".5", "p"}).timeout_s, 0.5);
   EXPECT_DOUBLE_EQ(ok({"--kill-grace", "2.", "p"}).kill_grace_s, 2);
   EXPECT_NE(err({"--kill-grace", "-inf", "p"}).find("is not a number of seconds"), std::string::npos);

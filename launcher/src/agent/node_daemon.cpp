@@ -837,7 +837,7 @@ void Daemon::reap() {
       } else if (code != 0) {
         record_failure(r, code, "exit", "exited with status " + std::to_string(code));
       } else if (r.connected && !r.finalized) {
-        record_failure(r, 1, "no-finalize", "exited without finalizing after connecting to PMIx");
+        record_failure(r, 1, "no-finalize", "exited without finalizing after it initialised PMIx or PMI");
       } else if (!r.connected && !is_spawned_id(r.rank)) {
         // A rank that never initialised holds up every fence of the job's
         // once the others do (the PMIx server waits for each local rank).
