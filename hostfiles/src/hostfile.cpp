@@ -590,6 +590,13 @@ std::string printable(std::string_view text) {
 
 namespace {
 
+// The column of byte `i` as an editor counts it: characters, not bytes.
+std::size_t column_of(std::string_view line, std::size_t i) {
+  std::size_t col = 1;
+  for (std::size_t k = 0; k < i && k < line.size(); ++k) col += (static_cast<unsigned char>(line[k]) & 0xc0) != 0x80;
+  return col;
+}
+
 // The first byte of `line` that has no place in a hostfile's text: a control
 // byte other than TAB anywhere (CR only as the line's last byte, a CRLF
 // file), and, before any comment, a byte that is not part of valid UTF-8.
@@ -600,7 +607,7 @@ Status check_line_bytes(std::string_view line) {
     const auto b = static_cast<unsigned char>(line[i]);
     if ((b < 0x20 && b != '\t' && !(b == '\r' && i + 1 == line.size())) || b == 0x7f) {
       const std::string what = b == 0 ? "a NUL byte" : "the control byte " + printable(line.substr(i, 1));
-      return invalid_argument(what + " in column " + std::to_string(i + 1) +
+      return invalid_argument(what + " in column " + std::to_string(column_of(line, i)) +
                               " (a hostfile is text; remove it)");
     }
   }
@@ -610,13 +617,13 @@ Status check_line_bytes(std::string_view line) {
       ++i;
     } else if (std::size_t len = utf8_length_at(text, i); len != 0) {
       if (const char32_t cp = utf8_decode(text, i, len); const char* name = invisible_name(cp)) {
-        return invalid_argument(std::string(name) + " (" + code_point(cp) + ") in column " + std::to_string(i + 1) +
+        return invalid_argument(std::string(name) + " (" + code_point(cp) + ") in column " + std::to_string(column_of(line, i)) +
                                 " (separate words with plain spaces or tabs, and remove it from names)");
       }
       i += len;
     } else {
       return invalid_argument("a byte that is not UTF-8 (" + printable(text.substr(i, 1)) + ") in column " +
-                              std::to_string(i + 1) + " (save the hostfile as UTF-8 text)");
+                              std::to_string(column_of(line, i)) + " (save the hostfile as UTF-8 text)");
     }
   }
   return Status::ok();

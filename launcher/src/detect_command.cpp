@@ -52,7 +52,7 @@ AgentsConfig agents_config(const Options& options, char** envp) {
   for (char** e = envp; e != nullptr && *e != nullptr; ++e) {
     if (std::strncmp(*e, "ACCRUN_AGENT_TIMEOUT=", 21) == 0) {
       double s = std::atof(*e + 21);
-      if (s > 0 && s < 86400) config.timeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+      if (s >= 0.001 && s < 86400) config.timeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
     }
   }
   return config;

@@ -157,6 +157,8 @@ Result<double> parse_seconds(std::string_view name, const std::string& text, dou
   char* end = nullptr;
   errno = 0;
   double v = std::strtod(text.c_str(), &end);
+  // Too small for a double (1e-400) is not 0, which means none.
+  if (errno == ERANGE && v < 1) return bad(name, "'" + text + "' is less than a millisecond (give 0 or at least 0.001)");
   // Values that overflowed (ERANGE) land here too.
   if (!(v <= max)) {
     return bad(name, "'" + text + "' is more than " + std::to_string(static_cast<long long>(max)) + " seconds (" +
@@ -522,11 +524,11 @@ Status check_environment(char** envp) {
       if (auto near = hostfiles::closest_match(value, levels)) msg += " (did you mean '" + *near + "'?)";
       return printable_status(invalid_argument(msg));
     }
-    if (name == "ACCRUN_AGENT_TIMEOUT") {
-      auto s = parse_seconds("timeout", value, 86399, "a day");
-      if (!s || *s <= 0) {
+    if (name == "ACCRUN_AGENT_TIMEOUT" && !value.empty()) {
+      auto s = parse_seconds("timeout", value, 86400, "a day");
+      if (!s || *s < 0.001 || *s >= 86400) {
         return printable_status(invalid_argument("environment variable ACCRUN_AGENT_TIMEOUT='" + value +
-                                                 "' is not a number of seconds above 0 and below 86400 (e.g. 60)"));
+                                                 "' is not a number of seconds from 0.001 to below 86400 (e.g. 60)"));
       }
     }
   }

@@ -494,6 +494,8 @@ TEST(HostfileInput, ByteOrderMarkIsSkippedAndInvisibleCharactersAreNamed) {
             "hosts:1: a non-breaking space (U+00A0) in column 6 (separate words with plain spaces or tabs, and "
             "remove it from names)");
   EXPECT_TRUE(has(error_of("node1 slots=2\xe3\x80\x80\n"), "a wide space (U+3000) in column 14"));
+  // Columns count characters, as an editor shows them: after 'é' (two bytes) the NBSP is the fifth.
+  EXPECT_TRUE(has(error_of("n1 # x\nn2 pod=\xc3\xa9\xc2\xa0" "a\n"), "hosts:2: a non-breaking space (U+00A0) in column 9"));
   EXPECT_TRUE(has(error_of("no\xe2\x80\x8b" "de1\n"), "an invisible character (U+200B) in column 3"));
   // In a comment they are text.
   EXPECT_TRUE(parse_hostfile("node1 # caf\xc3\xa9\xc2\xa0ok\n", "hosts").is_ok());

@@ -47,10 +47,11 @@ TEST(OptionsEnvironment, WhatAccrunReadsIsCheckedAndNamed) {
   EXPECT_EQ(check({"ACCRUN_LOG=debg"}),
             "environment variable ACCRUN_LOG='debg' is not one of error|warn|info|debug (did you mean 'debug'?)");
   EXPECT_EQ(check({"ACCRUN_LOG=bogus"}), "environment variable ACCRUN_LOG='bogus' is not one of error|warn|info|debug");
-  for (const char* t : {"abc", "0", "", "86400", "0x10", "-1"}) {
+  EXPECT_EQ(check({"ACCRUN_AGENT_TIMEOUT=", "ACCRUN_AGENT_TIMEOUT=86399.5"}), "");
+  for (const char* t : {"abc", "0", "0.0001", "86400", "0x10", "-1"}) {
     EXPECT_EQ(check({std::string("ACCRUN_AGENT_TIMEOUT=") + t}),
               "environment variable ACCRUN_AGENT_TIMEOUT='" + std::string(t) +
-                  "' is not a number of seconds above 0 and below 86400 (e.g. 60)")
+                  "' is not a number of seconds from 0.001 to below 86400 (e.g. 60)")
         << t;
   }
 }
@@ -232,6 +233,8 @@ TEST(OptionsLimits, TimesAreFiniteAndBounded) {
   EXPECT_EQ(err({"--timeout", "1e-9", "p"}),
             "option '--timeout': '1e-9' is less than a millisecond (0 means no timeout; give at least 0.001)");
   EXPECT_DOUBLE_EQ(ok({"--timeout", "0.001", "p"}).timeout_s, 0.001);
+  EXPECT_EQ(err({"--timeout", "1e-400", "p"}),
+            "option '--timeout': '1e-400' is less than a millisecond (give 0 or at least 0.001)");
   EXPECT_EQ(err({"--stdin", "4294967296", "p"}), "option '--stdin': '4294967296' is too large");
   EXPECT_DOUBLE_EQ(ok({"--timeout", ".5", "p"}).timeout_s, 0.5);
   EXPECT_DOUBLE_EQ(ok({"--kill-grace", "2.", "p"}).kill_grace_s, 2);

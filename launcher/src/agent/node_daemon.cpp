@@ -462,7 +462,7 @@ void Daemon::on_connected(int rank) {
 
 void Daemon::never_initialised(RankState& r) {
   record_failure(r, 1, "no-init",
-                 "exited without initialising PMIx (MPI_Init), while rank " + std::to_string(*first_connected_) +
+                 "exited without initialising PMIx or PMI (MPI_Init), while rank " + std::to_string(*first_connected_) +
                      " did: once one rank initialises, every rank must, or the others wait for it in the job's "
                      "fences for ever");
 }
@@ -838,7 +838,7 @@ void Daemon::reap() {
         record_failure(r, code, "exit", "exited with status " + std::to_string(code));
       } else if (r.connected && !r.finalized) {
         record_failure(r, 1, "no-finalize", "exited without finalizing after it initialised PMIx or PMI");
-      } else if (!r.connected && !is_spawned_id(r.rank)) {
+      } else if (!r.connected && !is_spawned_id(r.rank) && !r.failed && !terminating_ && !upstream_gone_) {
         // A rank that never initialised holds up every fence of the job's
         // once the others do (the PMIx server waits for each local rank).
         if (plan_.hosts.size() > 1) {
@@ -860,7 +860,10 @@ void Daemon::handle_signal(const signalfd_siginfo& si) {
     return;
   }
   if (!cfg_.own_signals) return;  // the controller forwards what the ranks hear
-  if (sig == SIGHUP && cfg_.hup_ignored) return;  // accrun runs under nohup: so do its ranks
+  // accrun runs under nohup: a hangup of this host's session (its ssh, its
+  // step) is not passed to the ranks either; losing the controller still
+  // ends them.
+  if (sig == SIGHUP && cfg_.hup_ignored) return;
   if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) {
     terminate_all(sig);
     return;

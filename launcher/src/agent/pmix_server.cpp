@@ -172,17 +172,18 @@ void run_shifted(pmix_status_t, void* cbdata) {
 
 // Runs `fn` on the library's progress thread.  OpenPMIx 4.2 queues the
 // reply of many host callbacks (publish, unpublish, lookup, a client's
-// connect and finalize, abort, job control, queries) on the caller's
+// finalize, abort, job control, queries, a direct modex) on the caller's
 // thread, touching the client's send queue without a lock; from the
 // agent's event loop that raced the progress thread's own replies to the
 // same client, and a reply was lost (a client that looked up keys from
 // several threads hung in PMIx_Lookup).  PMIx_server_setup_local_support
 // without a namespace thread-shifts, does nothing else (its network
 // plugins refuse a missing namespace) and calls back there, in every
-// version.  Where the library is going down, `fn` runs here.
+// version.  Once the library is finalised nothing is answered: the
+// client's request goes with it.
 void on_progress_thread(std::function<void()> fn) {
   auto* box = new std::function<void()>(std::move(fn));
-  if (PMIx_server_setup_local_support(nullptr, nullptr, 0, run_shifted, box) != PMIX_SUCCESS) run_shifted(PMIX_SUCCESS, box);
+  if (PMIx_server_setup_local_support(nullptr, nullptr, 0, run_shifted, box) != PMIX_SUCCESS) delete box;
 }
 
 // An op callback's answer, on the progress thread.

@@ -530,6 +530,9 @@ int Controller::launch() {
   last_seen_.assign(entries_.size(), Clock::now());
   heard_since_launch_.assign(entries_.size(), false);
   ranks_started_.assign(entries_.size(), false);
+  // An agent lost here is handled once every other has its launch: what
+  // its loss tells them (kFencesFail) must come after their kLaunch.
+  std::vector<int> unsent;
   for (size_t a = 0; a < entries_.size(); ++a) {
     int h = host_of_agent_[a];
     if (h < 0) {
@@ -538,10 +541,10 @@ int Controller::launch() {
       done_[a] = true;
       continue;
     }
-    if (!agents_->send(static_cast<int>(a), msg::kLaunch, msg::encode_launch(h, plan_, cfg))) {
-      on_lost(static_cast<int>(a), "cannot send it its ranks");
-    }
+    if (!agents_->send(static_cast<int>(a), msg::kLaunch, msg::encode_launch(h, plan_, cfg)))
+      unsent.push_back(static_cast<int>(a));
   }
+  for (int a : unsent) on_lost(a, "cannot send it its ranks");
   log(LogLevel::kDebug, "launched %zu ranks on %zu hosts", plan_.ranks.size(), plan_.hosts.size());
   // The controller's own deadline only backs the agents' up: an agent that
   // has not ended its ranks by then has its host's ranks killed.
@@ -764,8 +767,9 @@ void Controller::judge_uninitialised() {
   ended.swap(ended_uninitialised_);
   for (int rank : ended) {
     if (terminating_) return;
+    if (lost_.count(agent_of_proc(rank)) != 0) continue;  // reported lost with its host
     const std::string text = "rank " + std::to_string(rank) + " on host " + host_name_of_proc(rank) +
-                             " exited without initialising PMIx (MPI_Init), while rank " +
+                             " exited without initialising PMIx or PMI (MPI_Init), while rank " +
                              std::to_string(*first_initialised_) + " on host " + host_name_of_proc(*first_initialised_) +
                              " did: once one rank initialises, every rank must, or the others wait for it in the "
                              "job's fences for ever";
