@@ -443,7 +443,22 @@ Status AgentSet::wait_for_hellos() {
     pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [](auto& p) { return p->fd < 0; }), pending_.end());
     unnamed_.erase(std::remove_if(unnamed_.begin(), unnamed_.end(), [](auto& a) { return a->fd < 0; }), unnamed_.end());
   }
-  if (said_hello_ == n) return Status();
+  if (said_hello_ == n) {
+    // Every agent has joined: nobody else is due.  Later connections are
+    // refused by the kernel, and strangers still proving themselves go.
+    for (int l : listeners_) close(l);
+    listeners_.clear();
+    for (auto& p : pending_) {
+      if (p->fd < 0) continue;
+      say("refused a connection from " + p->peer + ": every agent of the job had joined; the job goes on");
+      close(p->fd);
+    }
+    pending_.clear();
+    for (auto& a : unnamed_)
+      if (a->fd >= 0) close(a->fd);
+    unnamed_.clear();
+    return Status();
+  }
   std::string why;
   int shown = 0;
   for (const auto& [index, reason] : failed_) {

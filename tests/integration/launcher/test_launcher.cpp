@@ -2,6 +2,7 @@
 // server, Open MPI without mpirun, exit statuses, signals, the janitor and
 // output integrity (accrun(1) EXECUTION OPTIONS and EXIT STATUS, accrun(7)).
 #include <fcntl.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -545,6 +546,44 @@ TEST(Launcher, ARankEndingBeforeInitWhileAnotherInitialisesFailsTheJob) {
       EXPECT_LT(Clock::now() - t0, std::chrono::seconds(8)) << body;
     }
   }
+}
+
+// The TCP sockets process `pid` listens on (/proc/net/tcp{,6} state 0A,
+// matched to its descriptors by inode).
+int listening_sockets_of(pid_t pid) {
+  std::set<std::string> listening;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string sl, local, remote, st, queues, tr, retr, uid, timeout, inode;
+      f >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> inode;
+      if (st == "0A") listening.insert(inode);
+    }
+  }
+  int n = 0;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      char target[128] = {};
+      if (readlink((dir + "/" + e->d_name).c_str(), target, sizeof target - 1) <= 0) continue;
+      std::string t = target;
+      if (t.rfind("socket:[", 0) == 0 && listening.count(t.substr(8, t.size() - 9)) != 0) ++n;
+    }
+    closedir(d);
+  }
+  return n;
+}
+
+// The controller listens for its agents only until every one has joined:
+// a connection after that is refused by the kernel, not left unanswered.
+TEST(Launcher, TheControllerStopsListeningOnceEveryAgentJoined) {
+  Proc p({"-n", "2", "-H", "ta:1,tb:1", "--launch-agent", "{cmd}", "sh", "-c", "echo ready; exec sleep 2"});
+  ASSERT_TRUE(p.read_until([](const std::string& o) { return o.find("ready") != o.rfind("ready"); }, 20)) << p.err();
+  EXPECT_EQ(listening_sockets_of(p.pid()), 0);
+  EXPECT_EQ(p.wait(20), 0) << p.err();
 }
 
 TEST(Launcher, ExitWithoutFinalizeIsAFailure) {
