@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <cerrno>
 #include <chrono>
 #include <deque>
 #include <optional>
@@ -386,7 +387,9 @@ int daemon_main(const Options&, char** envp) {
   auto deadline = Clock::now() + std::chrono::seconds(2);
   for (auto& c : children)
     while (!c.exited && Clock::now() < deadline) {
-      if (waitpid(c.pid, nullptr, WNOHANG) == c.pid) c.exited = true;
+      // ECHILD: reaped already, by the job's daemon (it reaps every child
+      // of this process while the ranks run).
+      if (pid_t w = waitpid(c.pid, nullptr, WNOHANG); w == c.pid || (w < 0 && errno == ECHILD)) c.exited = true;
       else usleep(5000);
     }
   return status;

@@ -577,6 +577,46 @@ int listening_sockets_of(pid_t pid) {
   return n;
 }
 
+// The pids of the processes whose environment holds `entry` (VAR=value).
+std::vector<pid_t> processes_with(const std::string& entry) {
+  std::vector<pid_t> out;
+  for (const auto& d : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = d.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(d.path() / "environ", std::ios::binary);
+    std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (("\0" + env).find("\0" + entry + '\0') != std::string::npos || env.rfind(entry + '\0', 0) == 0)
+      out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// Nothing of the job outlives accrun when an agent in the middle of a launch
+// chain (--fanout 1) is killed.  (An agent used to wait out 2 s for the
+// launch agent of one it started that the job's daemon had reaped already;
+// this test passes with and without that fix here, the helper's reproducer
+// in the closing note did not: it checks the outcome, not that path.)
+TEST(Launcher, NoAgentOutlivesAccrunWhenOneInAChainWasKilled) {
+  const std::string mark = "ACCRUN_TEST_CHAIN=" + std::to_string(getpid());
+  Proc p({"-n", "5", "-H", "ta:2,tb:2,tc:1", "--launch-agent", "{cmd}", "--fanout", "1", "--on-failure", "continue",
+          "sh", "-c", "echo ready; exec \"$0\" fence-after=3", PMIX_CLIENT_EXE},
+         {mark});
+  ASSERT_TRUE(p.read_until([](const std::string& o) { return lines_of(o).size() >= 5; }, 20)) << p.err();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the ranks in PMIx_Init and its sleep
+  pid_t victim = -1;  // tc's agent: the parent of the rank that runs there
+  for (pid_t r : processes_with("ACCRUN_HOST=tc")) {
+    if (std::find(processes_with(mark).begin(), processes_with(mark).end(), r) == processes_with(mark).end()) continue;
+    std::ifstream stat("/proc/" + std::to_string(r) + "/stat");
+    std::string pid, comm, state;
+    stat >> pid >> comm >> state >> victim;
+  }
+  ASSERT_GT(victim, 1);
+  kill(victim, SIGKILL);
+  EXPECT_EQ(p.wait(30), 1) << p.err();
+  std::vector<pid_t> left = processes_with(mark);
+  EXPECT_TRUE(left.empty()) << left.size() << " process(es) of the job outlived accrun\n" << p.err();
+}
+
 // The controller listens for its agents only until every one has joined:
 // a connection after that is refused by the kernel, not left unanswered.
 TEST(Launcher, TheControllerStopsListeningOnceEveryAgentJoined) {
