@@ -183,6 +183,18 @@ TEST(SpawnMessages, FenceSignatures) {
   ASSERT_TRUE(some);
   EXPECT_FALSE(some->all);
   EXPECT_EQ(some->ids, (std::vector<int>{0, 3, kSpawnedIdBase + 1}));
+  EXPECT_TRUE(msg::whole_job("*"));
+  EXPECT_TRUE(msg::whole_job("pmi:*"));
+  EXPECT_FALSE(msg::whole_job("connect:0,3"));
+  EXPECT_FALSE(msg::whole_job("1,,2"));
+  // A round's answer, as the controller writes it and the agents read it.
+  auto done = msg::decode_fence_done(msg::encode_fence_done("pmi:*", true, std::string("a\0b", 3)));
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->signature, "pmi:*");
+  EXPECT_TRUE(done->ok);
+  EXPECT_EQ(done->all, std::string("a\0b", 3));
+  const std::string failed = msg::encode_fence_done("*", false, "");
+  for (size_t n = 0; n < failed.size(); ++n) EXPECT_FALSE(msg::decode_fence_done(failed.substr(0, n))) << n;
   for (const char* bad : {"", "connect:", "1,,2", "1,", "-1", "x", "9999999999", "1;2"})
     EXPECT_FALSE(msg::parse_signature(bad)) << bad;
 }

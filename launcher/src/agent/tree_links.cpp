@@ -276,9 +276,7 @@ void TreeLinks::stop_carrying() {
 }
 
 bool TreeLinks::carries(std::string_view signature) const {
-  if (!carrying_) return false;
-  auto members = msg::parse_signature(signature);
-  return members && members->all;
+  return carrying_ && msg::whole_job(signature);
 }
 
 TreeLinks::Round& TreeLinks::round_of(int source, const std::string& signature) {

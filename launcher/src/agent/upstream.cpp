@@ -240,29 +240,23 @@ void AgentUpstream::post_rank(uint16_t type, int rank) {
 
 void AgentUpstream::fence(const std::string& signature, std::string blob,
            std::function<void(bool, std::string)> done) {
-  if (whole_fences_fail_) {
-    auto members = msg::parse_signature(signature);
-    if (members && members->all) return done(false, "");
-  }
+  if (whole_fences_fail_ && msg::whole_job(signature)) return done(false, "");
   fences_[signature].push_back(std::move(done));
   if (tree_ && tree_->carries(signature)) return tree_->contribute(signature, std::move(blob));
   post(msg::kFence, msg::encode_fence(signature, {{self_, std::move(blob)}}));
 }
 
 bool AgentUpstream::fence_done(std::string_view payload) {
-  wire::Reader r(payload);
-  auto sig = r.str("fence: signature");
-  auto ok = r.boolean("fence: ok");
-  auto all = r.bytes("fence: data");
-  if (!sig || !ok || !all) return false;
+  auto answer = msg::decode_fence_done(payload);
+  if (!answer) return false;
   // The children's hosts hear it first: they wait as this one did.
-  if (tree_ && tree_->carries(*sig)) tree_->pass_down(payload);
-  auto& q = fences_[*sig];
+  if (tree_ && tree_->carries(answer->signature)) tree_->pass_down(payload);
+  auto& q = fences_[answer->signature];
   if (q.empty()) return false;
   auto done = std::move(q.front());
   q.pop_front();
-  ++answered_[*sig];
-  done(*ok, std::move(*all));
+  ++answered_[answer->signature];
+  done(answer->ok, std::move(answer->all));
   return true;
 }
 
@@ -283,18 +277,14 @@ bool AgentUpstream::fences_fail(std::string_view payload) {
   // Answered after the walk: an answer may start the next fence.
   std::vector<std::pair<std::function<void(bool, std::string)>, std::optional<std::string>>> answers;
   for (auto& [sig, q] : fences_) {
-    auto members = msg::parse_signature(sig);
-    if (!members || !members->all) continue;
+    if (!msg::whole_job(sig)) continue;
     auto it = completed.find(sig);
     for (; !q.empty(); q.pop_front()) {
       uint64_t round = answered_[sig]++;
       std::optional<std::string> data;
       if (it != completed.end() && round + 1 == it->second.first) {
-        wire::Reader a(it->second.second);
-        auto asig = a.str("fence: signature");
-        auto ok = a.boolean("fence: ok");
-        auto all = a.bytes("fence: data");
-        if (asig && ok && *ok && all) data = std::move(*all);
+        auto last = msg::decode_fence_done(it->second.second);
+        if (last && last->ok) data = std::move(last->all);
       }
       answers.emplace_back(std::move(q.front()), std::move(data));
     }

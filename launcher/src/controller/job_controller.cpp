@@ -144,8 +144,7 @@ class Controller {
   std::set<int> lost_;
   bool lost_participant(const std::string& signature) const;
   void fail_rounds(const std::string& signature);
-  // A round's answer (kFenceDone), and the failed one sent to `agent`.
-  static std::string fence_done(const std::string& signature, bool ok, std::string_view all);
+  // A failed round's answer (kFenceDone), sent to `agent`.
   void fence_failed(int agent, const std::string& signature);
   // Whole-job fences along the launch tree (agent/tree_links.hpp): each
   // agent's parent agent (-1: it sends to the controller itself), when the
@@ -575,16 +574,8 @@ bool Controller::lost_participant(const std::string& signature) const {
   return false;
 }
 
-std::string Controller::fence_done(const std::string& signature, bool ok, std::string_view all) {
-  wire::Writer w;
-  w.str(signature);
-  w.boolean(ok);
-  w.bytes(all.data(), all.size());
-  return w.data();
-}
-
 void Controller::fence_failed(int agent, const std::string& signature) {
-  if (!done_[static_cast<size_t>(agent)]) agents_->send(agent, msg::kFenceDone, fence_done(signature, false, ""));
+  if (!done_[static_cast<size_t>(agent)]) agents_->send(agent, msg::kFenceDone, msg::encode_fence_done(signature, false, ""));
 }
 
 void Controller::fail_rounds(const std::string& signature) {
@@ -599,9 +590,7 @@ void Controller::fail_rounds(const std::string& signature) {
 }
 
 bool Controller::along_tree(const std::string& signature) const {
-  if (fence_parent_.empty()) return false;
-  auto members = msg::parse_signature(signature);
-  return members && members->all;
+  return !fence_parent_.empty() && msg::whole_job(signature);
 }
 
 void Controller::fail_tree_fences() {
@@ -907,7 +896,7 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
         for (auto& [a, part] : q.front().parts) all += part;
         log(LogLevel::kDebug, "fence %s: round %zu complete, %zu host(s), %zu bytes", sig.c_str(), completed_[sig] + 1,
             q.front().parts.size(), all.size());
-        std::string answer = fence_done(sig, true, all);
+        std::string answer = msg::encode_fence_done(sig, true, all);
         for (auto& [a, part] : q.front().parts)
           if (!tree || fence_parent_[static_cast<size_t>(a)] < 0) agents_->send(a, msg::kFenceDone, answer);
         if (tree) last_answer_[sig] = std::move(answer);

@@ -210,6 +210,28 @@ std::string encode_fence(const std::string& signature, const std::vector<std::pa
   return w.take();
 }
 
+bool whole_job(std::string_view signature) {
+  auto members = parse_signature(signature);
+  return members && members->all;
+}
+
+std::string encode_fence_done(const std::string& signature, bool ok, std::string_view all) {
+  wire::Writer w;
+  w.str(signature);
+  w.boolean(ok);
+  w.bytes(all.data(), all.size());
+  return w.take();
+}
+
+std::optional<FenceDone> decode_fence_done(std::string_view payload) {
+  wire::Reader r(payload);
+  auto sig = r.str("fence: signature");
+  auto ok = r.boolean("fence: ok");
+  auto all = r.bytes("fence: data");
+  if (!sig || !ok || !all) return std::nullopt;
+  return FenceDone{std::move(*sig), *ok, std::move(*all)};
+}
+
 Result<FenceParts> decode_fence(std::string_view payload) {
   wire::Reader r(payload);
   FenceParts out;

@@ -188,6 +188,19 @@ struct FenceMembers {
   std::vector<int> ids;
 };
 std::optional<FenceMembers> parse_signature(std::string_view signature);
+// Whether a signature is a fence of every rank of the job ("*", any kind):
+// those travel the launch tree.
+bool whole_job(std::string_view signature);
+
+// kFenceDone's payload: the signature, bool ok, bytes every host's
+// contribution (empty when it failed).
+struct FenceDone {
+  std::string signature;
+  bool ok = false;
+  std::string all;
+};
+std::string encode_fence_done(const std::string& signature, bool ok, std::string_view all);
+std::optional<FenceDone> decode_fence_done(std::string_view payload);
 
 // kFence's payload: the signature, then u32 n, n × (u32 agent id, bytes
 // that agent's host's contribution).
