@@ -62,7 +62,11 @@ namespace accrun::collectives::store {
 class HierGroup final : public Backend {
  public:
   static constexpr std::size_t kSmallBytes = 64 * 1024;
-  static constexpr std::size_t kChainChunk = 256 * 1024;
+  // The chain's chunk: each costs every leader a round trip with the
+  // members of its host, which on the 4 x 2 test bed (8 ranks on 2 CPUs)
+  // outweighs the pipelining smaller chunks give; 512 KiB was fastest from
+  // 1 to 4 MiB there and between 2 hosts (benchmarks/README.md).
+  static constexpr std::size_t kChainChunk = 512 * 1024;
   // From this size up, an allreduce between hosts whose members all read
   // each other's memory, each host with the same number of members, runs in
   // lanes (see the top of the file).
