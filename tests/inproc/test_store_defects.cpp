@@ -249,6 +249,31 @@ TEST(StoreTimeout, NamesTheCallAndThePeersThatHadNotArrived) {
   });
 }
 
+// A member that never comes: the set-up's messages give the time the
+// set-up had (what was left of the group's creation time), never "0 ms",
+// and name the member; group rank 1 waits in its memory-reading probe for
+// rank 2, rank 0 for every member to attach.
+TEST(StoreTimeout, ASetUpThatTimesOutSaysHowLongItHadAndWhoNeverCame) {
+  World w;
+  const GroupSpec g = spec("absent", 3, 300, {4, 5, 6});
+  MemRendezvous rv;
+  std::vector<Status> got(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto b = make_store_backend(w.context(g, r, &rv));
+      got[static_cast<std::size_t>(r)] = b.status();
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(got[0].code(), Code::kTimeout) << got[0].message();
+  EXPECT_TRUE(has(got[0], "never attached to the shared segment within 300 ms")) << got[0].message();
+  EXPECT_TRUE(has(got[0], "2 (job rank 6)")) << got[0].message();
+  EXPECT_EQ(got[1].code(), Code::kTimeout) << got[1].message();
+  EXPECT_TRUE(has(got[1], "setup timed out waiting for group rank 2 (job rank 6")) << got[1].message();
+  EXPECT_TRUE(has(got[1], "the set-up had the last 300 ms of ACCRUN_GROUP_INIT_TIMEOUT")) << got[1].message();
+  EXPECT_FALSE(has(got[1], " 0 ms")) << got[1].message();
+}
+
 // ---- buffered sends: the bound per pair
 
 // A 64 KiB ring per pair and a 1 MiB bound on side files, so that a few

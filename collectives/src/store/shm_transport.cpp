@@ -282,17 +282,17 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
                                 list += (list.empty() ? "" : ", ") + std::to_string(q) + " (job rank " +
                                         std::to_string(members_[static_cast<std::size_t>(q)].job_rank) + ")";
                               return timeout_error(where() + ": group ranks never attached to the shared segment within " +
-                                                   std::to_string(setup_timeout_ms) + " ms: " + list);
+                                                   std::to_string(setup_timeout_ms) + " ms (the last of ACCRUN_GROUP_INIT_TIMEOUT): " + list);
                             });
     unlink(path.c_str());
-    if (s) s = probe_cma(deadline);
+    if (s) s = probe_cma(deadline, setup_timeout_ms);
     if (!s) {
       h->ready.store(2, std::memory_order_release);
       return s;
     }
     h->ready.store(1, std::memory_order_release);
   } else {
-    ACCRUN_RETURN_IF_ERROR(probe_cma(deadline));
+    ACCRUN_RETURN_IF_ERROR(probe_cma(deadline, setup_timeout_ms));
     Status s = waiter.until([&] { return h->ready.load(std::memory_order_acquire) != 0; },
                             [&] { return check_peer(0, "setup"); }, deadline,
                             [&] { return timed_out(setup_wait, {0}); });
@@ -318,9 +318,9 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
 // (cross-memory attach), records the outcome, and waits for every other
 // rank's outcome, so all members agree whether CMA is usable.  Rank 0 runs
 // it before declaring the segment ready, the others after.
-Status ShmTransport::probe_cma(Clock::time_point deadline) {
+Status ShmTransport::probe_cma(Clock::time_point deadline, int setup_timeout_ms) {
   const int q = (rank_ + 1) % size_;
-  const Wait w{deadline, -1, "setup"};
+  const Wait w{deadline, setup_timeout_ms, "setup"};
   const Waiter waiter = waiter_.patient_one();
   ACCRUN_RETURN_IF_ERROR(waiter.until([&] { return ctrl(q).attached.load(std::memory_order_acquire) != 0; },
                                       [&] { return check_peer(q, "setup"); }, deadline,
@@ -400,10 +400,14 @@ void ShmTransport::mark_broken(const Status& s) {
 Status ShmTransport::timed_out(const Wait& w, const std::vector<int>& missing) const {
   std::string who;
   for (int q : missing) who += (who.empty() ? "" : ", ") + describe(q);
+  const std::string waited = who.empty() ? "the group's members" : who + ", which had not arrived";
+  // The set-up gets what is left of the group's creation time, which may
+  // be far less than the whole.
+  if (w.op == std::string("setup"))
+    return timeout_error(where() + ": setup timed out waiting for " + waited + " (the set-up had the last " +
+                         std::to_string(w.timeout_ms) + " ms of ACCRUN_GROUP_INIT_TIMEOUT)");
   return timeout_error(where() + ": " + w.op + " timed out after " + std::to_string(w.timeout_ms < 0 ? 0 : w.timeout_ms) +
-                       " ms waiting for " + (who.empty() ? "the group's members" : who) +
-                       (missing.empty() ? "" : ", which had not arrived") +
-                       " (accrun_group_set_timeout(3))");
+                       " ms waiting for " + waited + " (accrun_group_set_timeout(3))");
 }
 
 // ------------------------------------------------------------------ channels

@@ -172,7 +172,7 @@ class ShmTransport final : public Transport {
   // Reserves [off, off + bytes) of the file; kNoMemory naming the file
   // system and its size when it is full.
   Status reserve(int fd, std::size_t off, std::size_t bytes, const std::string& path, const std::string& what) const;
-  Status probe_cma(Clock::time_point deadline);
+  Status probe_cma(Clock::time_point deadline, int setup_timeout_ms);
   Status check_one(int q, const char* op) const;
 
   std::string name_;
