@@ -56,6 +56,33 @@ TEST_P(StoreHosts, BothSendThenBothReceive) {
   });
 }
 
+// A receive into a buffer too small for the message fails and leaves the
+// message queued, first of its peer's, for a larger receive (accrun_send(3)),
+// as inside a host; the messages behind it keep their order.
+TEST_P(StoreHosts, AMessageTooLargeForTheReceiveStaysQueuedForTheNext) {
+  World w;
+  w.run(on_hosts(spec("small", 2, 5000), "ab", GetParam()), [&](int r, Backend& b) {
+    const std::size_t sizes[] = {4, 3, 70000, 2};
+    if (r == 0) {
+      for (int k = 0; k < 4; ++k) {
+        auto out = pattern(0, sizes[k], k);
+        ASSERT_TRUE(b.send(out.data(), out.size(), DType::kInt32, 1, nullptr).is_ok());
+      }
+    } else {
+      for (int k = 0; k < 4; ++k) {
+        std::vector<std::int32_t> in(sizes[k]);
+        Status s = b.recv(in.data(), sizes[k] - 1, DType::kInt32, 0, nullptr);
+        EXPECT_EQ(s.code(), Code::kInvalidArgument) << "message " << k << ": " << s.message();
+        EXPECT_NE(s.message().find("stays queued"), std::string::npos) << s.message();
+        s = b.recv(in.data(), sizes[k], DType::kInt32, 0, nullptr);
+        ASSERT_TRUE(s.is_ok()) << "message " << k << ": " << s.message();
+        ASSERT_EQ(in, pattern(0, sizes[k], k)) << "message " << k;
+      }
+    }
+    ASSERT_TRUE(b.barrier().is_ok());
+  });
+}
+
 TEST_P(StoreHosts, LargeAndSmallMessagesStreamWholeAndInOrder) {
   // Messages of many sizes back to back, each received into a buffer of its
   // own size, some into a larger one (the count received is the sent one);

@@ -768,7 +768,8 @@ Status FabricTransport::recv(int peer, Tag tag, void* data, std::size_t max_len,
     std::size_t total = h.total;
     held_[{peer, static_cast<int>(tag)}] = std::move(h);
     return invalid_argument("group '" + group_ + "': " + w.op + ": a message of " + std::to_string(total) +
-                            " bytes from " + describe(peer) + " is larger than the buffer's " + std::to_string(max_len));
+                            " bytes from " + describe(peer) + " is larger than the buffer's " + std::to_string(max_len) +
+                            " (it stays queued)");
   }
   char* out = static_cast<char*>(data);
   std::memcpy(out, h.bytes.data(), h.bytes.size());

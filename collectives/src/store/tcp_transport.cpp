@@ -412,9 +412,13 @@ Status TcpTransport::recv(int peer, Tag tag, void* data, std::size_t max_len, st
       receive_posted(peer, tag, 0, static_cast<char*>(data), max_len, true, &whole, &placed, &length, w));
   if (!placed) {
     if (whole.size() > max_len) {
+      // The message stays queued, first of its tag, for a larger receive.
+      Link& l = links_[static_cast<std::size_t>(peer)];
+      const std::size_t n = whole.size();
+      l.inbox.push_front(Message{tag, std::move(whole), false, n});
       return invalid_argument("group '" + name_ + "': " + w.op + ": the message from " + describe(peer) + " has " +
-                              std::to_string(whole.size()) + " bytes, more than the " + std::to_string(max_len) +
-                              " the receive buffer holds");
+                              std::to_string(n) + " bytes, more than the " + std::to_string(max_len) +
+                              " the receive buffer holds (it stays queued)");
     }
     if (!whole.empty()) std::memcpy(data, whole.data(), whole.size());
     length = whole.size();
