@@ -596,7 +596,7 @@ This host (logical overrides, `ray start` style):
   --topology FILE.xml        read this host's topology from an hwloc XML file
 
 Ranks' environment and I/O:
-  -x VAR[=value]             pass VAR (from accrun's environment, or set to
+  -x, --export VAR[=value]   pass VAR (from accrun's environment, or set to
                              value) to every rank; repeatable
   --wdir DIR                 ranks start in DIR
   --tag-output               prefix each output line with [rank] or [host:rank]
