@@ -106,21 +106,25 @@ Result<Plan> build_plan(const Options& options, char** envp, int master_port,
   }
 
   JobSpec spec;
+  spec.accelerator_type = options.accelerator_type;
   if (options.np) {
     spec.np = *options.np;
-  } else if (options.npernode > 0) {
-    spec.np = options.npernode * static_cast<int>(hosts.size());
-  } else if (options.hostfile || options.host_list) {
-    long long total = 0;
-    for (const auto& h : hosts) total += h.slots.value_or(1);
-    spec.np = static_cast<int>(std::min<long long>(total, 100'000'000));
   } else {
-    spec.np = 1;
+    // Counted over the hosts --accelerator-type leaves.
+    const std::vector<int> usable = usable_hosts(spec, hosts);
+    if (options.npernode > 0) {
+      spec.np = options.npernode * static_cast<int>(usable.size());
+    } else if (options.hostfile || options.host_list) {
+      long long total = 0;
+      for (int i : usable) total += hosts[static_cast<std::size_t>(i)].slots.value_or(1);
+      spec.np = static_cast<int>(std::min<long long>(total, 100'000'000));
+    } else {
+      spec.np = 1;
+    }
   }
   spec.per_rank = options.per_rank;
   spec.cpus_per_rank = options.cpus_per_rank;
   spec.npernode = options.npernode;
-  spec.accelerator_type = options.accelerator_type;
   spec.pod_blocks = options.pod_blocks;
   spec.pod_level = options.pod_level;
   spec.bind_to = options.bind_to;

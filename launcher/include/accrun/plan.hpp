@@ -64,6 +64,10 @@ struct Plan {
 
 Result<Plan> plan(const JobSpec& spec, const std::vector<HostSlots>& hosts);
 
+// The hosts --accelerator-type leaves, by index (every host without it, and
+// where it leaves none: plan() then says why): what -n counts by default.
+std::vector<int> usable_hosts(const JobSpec& spec, const std::vector<HostSlots>& hosts);
+
 // `accrun --dry-run` output: a readable table, and docs/design.md §9's JSON.
 std::string format_plan_table(const Plan& plan);
 std::string plan_to_json(const Plan& plan);

@@ -7,6 +7,14 @@
 
 namespace accrun::launcher {
 
+std::vector<int> usable_hosts(const JobSpec& spec, const std::vector<HostSlots>& hosts) {
+  auto eligible = planner::eligible_hosts(spec, hosts);
+  if (eligible && !eligible->empty()) return *std::move(eligible);
+  std::vector<int> all(hosts.size());
+  for (std::size_t i = 0; i < hosts.size(); ++i) all[i] = static_cast<int>(i);
+  return all;
+}
+
 Result<Plan> plan(const JobSpec& spec, const std::vector<HostSlots>& hosts) {
   using namespace planner;
   ACCRUN_RETURN_IF_ERROR(validate_spec(spec));
