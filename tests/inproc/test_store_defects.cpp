@@ -352,6 +352,66 @@ TEST(StoreBuffer, SendsToItselfPastTheBoundFailAtOnce) {
   EXPECT_TRUE((*b)->send(m.data(), n, DType::kInt32, 0, nullptr).is_ok()) << "room again after the receive";
 }
 
+// A message copied into the ring that leaves less free than a descriptor
+// must not make the next send wait for its receive: both members send two
+// messages, the first of sizes that leave 0 to 48 bytes of a 64 KiB ring
+// free, then receive.
+TEST(StoreBuffer, AnAlmostFullRingStillTakesTheNextSendsDescriptor) {
+  World w;
+  const store::Tuning t = small_buffers();
+  MemRendezvous rv;
+  const GroupSpec g = spec("nearfull", 2, 3'000);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto b = store::make_store_backend_tuned(w.context(g, r, &rv), t);
+      ASSERT_TRUE(b.is_ok()) << b.status().message();
+      const int peer = 1 - r;
+      for (std::size_t left = 0; left <= 48; left += 8) {
+        const std::size_t big = t.ring_bytes - 32 - left;  // a 32-byte frame header, then the data
+        std::vector<char> a(big, static_cast<char>(r + 1)), s(100, static_cast<char>(r + 7));
+        ASSERT_TRUE((*b)->send(a.data(), a.size(), DType::kUInt8, peer, nullptr).is_ok());
+        Status st = (*b)->send(s.data(), s.size(), DType::kUInt8, peer, nullptr);
+        ASSERT_TRUE(st.is_ok()) << "leaving " << left << " bytes: " << st.message();
+        std::vector<char> ga(big), gs(100);
+        ASSERT_TRUE((*b)->recv(ga.data(), ga.size(), DType::kUInt8, peer, nullptr).is_ok());
+        ASSERT_TRUE((*b)->recv(gs.data(), gs.size(), DType::kUInt8, peer, nullptr).is_ok());
+        ASSERT_EQ(ga, std::vector<char>(big, static_cast<char>(peer + 1)));
+        ASSERT_EQ(gs, std::vector<char>(100, static_cast<char>(peer + 7)));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+}
+
+// Small sends to itself until its ring holds no more descriptors: that
+// send fails at once (only its own receive could make room), and every
+// message sent before it is received whole, in order.
+TEST(StoreBuffer, SendsToItselfThatFillTheRingFailAtOnce) {
+  World w;
+  const store::Tuning t = small_buffers();
+  MemRendezvous rv;
+  auto b = store::make_store_backend_tuned(w.context(spec("selfring", 1, 20'000), 0, &rv), t);
+  ASSERT_TRUE(b.is_ok()) << b.status().message();
+  int sent = 0;
+  Status s;
+  const auto start = Clock::now();
+  for (; sent < 100'000; ++sent) {
+    std::vector<std::int32_t> m(25, sent);
+    s = (*b)->send(m.data(), m.size(), DType::kInt32, 0, nullptr);
+    if (!s.is_ok()) break;
+  }
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(s.code(), Code::kInvalidUsage) << s.message();
+  EXPECT_TRUE(has(s, "to itself") && has(s, "receive what it sent")) << s.message();
+  EXPECT_GT(sent, 256);
+  for (int k = 0; k < sent; ++k) {
+    std::vector<std::int32_t> m(25, -1);
+    ASSERT_TRUE((*b)->recv(m.data(), m.size(), DType::kInt32, 0, nullptr).is_ok()) << "message " << k;
+    ASSERT_EQ(m, std::vector<std::int32_t>(25, k));
+  }
+}
+
 // ---- a full /dev/shm
 
 // Runs body in a child process that sees a private 8 MiB tmpfs on

@@ -426,7 +426,11 @@ Status ShmChannel::send(const void* buf, std::size_t len, const Wait& w) {
                                       "shared segment", std::string(w.op) + " to group rank " + std::to_string(peer_)));
     t_.ring_reserved_[static_cast<std::size_t>(peer_)] = true;
   }
-  if (inline_need <= t_.ring_bytes_ - used()) {
+  // Messages copied into the ring leave an eighth of it free, for the
+  // descriptors of messages that go to side files: a full ring of data must
+  // not make a later send wait for its receive.
+  const std::size_t descriptor_room = t_.ring_bytes_ / 8;
+  if (inline_need + descriptor_room <= t_.ring_bytes_ - used()) {
     t_.ring_write(me, peer_, tail, &f, sizeof f);
     t_.ring_write(me, peer_, tail + sizeof f, buf, len);
     rc.tail.store(tail + inline_need, std::memory_order_release);
@@ -471,8 +475,15 @@ Status ShmChannel::send(const void* buf, std::size_t len, const Wait& w) {
       munmap(m, len);
     }
   }
-  // Only the descriptor has to fit: block on ring capacity alone.
-  Status s = t_.waiter_.until([&] { return sizeof(Frame) <= t_.ring_bytes_ - used(); }, check, w.deadline, late);
+  // Only the descriptor has to fit: block on ring capacity alone (only the
+  // receiver makes room, so a member sending to itself fails at once).
+  Status s;
+  if (peer_ == me && sizeof(Frame) > t_.ring_bytes_ - used())
+    s = invalid_usage(t_.where() + ": " + w.op + " to itself: its ring is full of messages it sent itself "
+                      "and has not received, and only its own receive could make room; receive what it sent "
+                      "before sending more");
+  else
+    s = t_.waiter_.until([&] { return sizeof(Frame) <= t_.ring_bytes_ - used(); }, check, w.deadline, late);
   if (!s) { unlink(path.c_str()); return s; }
   rc.spilled.store(spilled + len, std::memory_order_relaxed);
   t_.ring_write(me, peer_, tail, &f, sizeof f);
