@@ -74,6 +74,7 @@ HierGroup::HierGroup(const GroupContext& ctx, const Tuning& t)
   local_rv_ = std::make_unique<PrefixRendezvous>(ctx.rendezvous, "h" + std::to_string(mine.front()) + "/");
   local.rendezvous = local_rv_.get();
   local_ = std::make_unique<StoreGroup>(local, t);
+  pair_buffer_max_ = t.pair_buffer_max;
 }
 
 HierGroup::~HierGroup() {
@@ -90,13 +91,10 @@ HierGroup::~HierGroup() {
 }
 
 Status HierGroup::setup(const GroupContext& ctx, int setup_timeout_ms) {
-  GroupContext local;
-  local.shm_dir = ctx.shm_dir;
   ACCRUN_RETURN_IF_ERROR(local_->setup(local_rv_.get(), setup_timeout_ms, ctx.shm_dir));
   std::vector<bool> needs(static_cast<std::size_t>(size_));
   for (int g = 0; g < size_; ++g) needs[static_cast<std::size_t>(g)] = host_of_[static_cast<std::size_t>(g)] != my_host_;
-  Tuning defaults;
-  auto t = make_host_links(ctx.host_transport, ctx, std::move(needs), defaults.pair_buffer_max);
+  auto t = make_host_links(ctx.host_transport, ctx, std::move(needs), pair_buffer_max_);
   if (!t.is_ok()) return t.status();
   links_ = std::move(t).value();
   if (leader()) {

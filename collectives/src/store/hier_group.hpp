@@ -156,6 +156,7 @@ class HierGroup final : public Backend {
   bool in_lanes_ = false;  // inside an allreduce's step between hosts in lanes
   std::unique_ptr<Rendezvous> local_rv_;    // the host group's keys, under the host's prefix
   std::unique_ptr<StoreGroup> local_;
+  std::size_t pair_buffer_max_ = 0;       // Tuning::pair_buffer_max, towards each member of another host
   std::unique_ptr<HostLinks> links_;      // to the other hosts: tcp or libfabric
   Sig sig_;
   const char* op_ = "setup";

@@ -365,6 +365,7 @@ Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t he
       if (ready <= 0) break;
     }
   }
+  std::size_t mine = 0;  // bytes of this message left queued
   if (sent < total) {
     std::string rest;
     auto add = [&](const void* p, std::size_t n, std::size_t base) {
@@ -378,6 +379,7 @@ Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t he
     const std::size_t data_base = kHeadBytes + head_len;
     if (!borrow || len == 0) add(data, len, data_base);
     if (!rest.empty()) {
+      mine += rest.size();
       l.queued += rest.size();
       l.outq.emplace_back();
       l.outq.back().own = std::move(rest);
@@ -387,17 +389,20 @@ Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t he
       l.outq.emplace_back();
       l.outq.back().borrowed = static_cast<const char*>(data) + from;
       l.outq.back().borrowed_len = len - from;
+      mine += len - from;
       l.queued += len - from;
     }
     wake_writer();  // the writer thread sends the rest, whatever this thread does next
   }
   if (l.queued > pair_buffer_max_) {
-    // Past the bound, wait until the peer has taken enough.
+    // Past the bound, wait until the peer has taken enough: the messages
+    // queued before this one, where this one alone is larger than the
+    // bound (it goes alone; the queue drains in order).
     lock.unlock();
     return wait_for(
         [&] {
           std::lock_guard<std::mutex> g(out_mu_);
-          return l.queued <= pair_buffer_max_ || !l.lost.empty();
+          return l.queued <= pair_buffer_max_ || l.queued <= mine || !l.lost.empty();
         },
         peer, w, "the peer to take buffered messages");
   }
