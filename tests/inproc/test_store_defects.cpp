@@ -228,6 +228,58 @@ TEST(StoreMismatch, BroadcastRootsOrCountsThatDifferFail) {
   }
 }
 
+// A root that names another member as the reduce's root (so no member
+// thinks itself the root) and a member that skips a broadcast: every member
+// fails with ACCRUN_ERR_INVALID_USAGE, at this call or its next barrier,
+// instead of passing with nobody holding the result.
+TEST(StoreMismatch, ARootNamingAnotherRootFailsEveryMember) {
+  for (std::size_t count : {std::size_t{3}, std::size_t{2000}}) {  // one box, one round of slots
+    World w;
+    w.run(spec("rroot", 3, 5000), [&](int r, Backend& b) {
+      std::vector<std::int32_t> v(count, r + 1), out(count, -1);
+      Status s = b.reduce(v.data(), out.data(), count, DType::kInt32, Op::kSum, r == 0 ? 2 : 0, nullptr);
+      if (s.is_ok()) s = b.barrier();
+      EXPECT_EQ(s.code(), Code::kInvalidUsage) << "count " << count << ", rank " << r << ": " << s.message();
+    });
+  }
+}
+
+TEST(StoreMismatch, AMemberThatSkipsABroadcastFailsEveryMember) {
+  for (const char* next : {"barrier", "allreduce"}) {
+    World w;
+    w.run(spec("skip", 3, 5000), [&](int r, Backend& b) {
+      std::vector<std::int32_t> v(4, r);
+      Status s;
+      if (r != 2) s = b.broadcast(v.data(), v.size(), DType::kInt32, 0, nullptr);
+      if (s.is_ok())
+        s = std::string(next) == "barrier" ? b.barrier()
+                                           : b.allreduce(v.data(), v.data(), v.size(), DType::kInt32, Op::kSum, nullptr);
+      if (s.is_ok()) s = b.barrier();
+      EXPECT_EQ(s.code(), Code::kInvalidUsage) << next << ", rank " << r << ": " << s.message();
+      if (r == 2 && s.message().find("gave up") == std::string::npos) {
+        EXPECT_NE(s.message().find("the same calls in the same order"), std::string::npos) << s.message();
+      }
+    });
+  }
+}
+
+// One member broadcasts while the others allreduce (the root among them):
+// neither waits for the other until the timeout; every member fails at once.
+TEST(StoreMismatch, ABroadcastMetByAnAllreduceFailsEveryMemberAtOnce) {
+  for (int odd : {0, 1}) {  // the broadcast's root itself, or a reader
+    World w;
+    const auto start = Clock::now();
+    w.run(spec("bcar", 3, 10'000), [&](int r, Backend& b) {
+      std::vector<std::int32_t> v(4, r);
+      Status s = r == odd ? b.broadcast(v.data(), v.size(), DType::kInt32, 0, nullptr)
+                          : b.allreduce(v.data(), v.data(), v.size(), DType::kInt32, Op::kSum, nullptr);
+      if (s.is_ok()) s = b.barrier();
+      EXPECT_EQ(s.code(), Code::kInvalidUsage) << "odd " << odd << ", rank " << r << ": " << s.message();
+    });
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(3)) << "odd " << odd;
+  }
+}
+
 // ---- timeouts
 
 TEST(StoreTimeout, NamesTheCallAndThePeersThatHadNotArrived) {

@@ -357,6 +357,35 @@ TEST_P(StoreHosts, MembersThatDisagreeAcrossHostsFailNamingBoth) {
   });
 }
 
+// Members that disagree on a root on another host (rank 3 names root 1, on
+// the same host as the others' root 0), or on a count: every member fails
+// with ACCRUN_ERR_INVALID_USAGE, at this call or its next, never with wrong
+// data; a member told by another host's gets the same code.
+TEST_P(StoreHosts, MembersThatDisagreeOnARootOrCountFailEveryMemberWithTheSameCode) {
+  for (const char* what : {"bcast-root", "reduce-root", "count"}) {
+    World w;
+    w.run(on_hosts(spec("root", 4, 5000), "aabb", GetParam()), [&](int r, Backend& b) {
+      std::vector<std::int32_t> v(1000, r + 1), out(1000, -1);
+      Status s;
+      if (std::string(what) == "bcast-root") {
+        s = b.broadcast(v.data(), v.size(), DType::kInt32, r == 3 ? 1 : 0, nullptr);
+      } else if (std::string(what) == "reduce-root") {
+        s = b.reduce(v.data(), out.data(), v.size(), DType::kInt32, Op::kSum, r == 3 ? 1 : 0, nullptr);
+      } else {
+        s = b.allreduce(v.data(), out.data(), r == 3 ? 999 : 1000, DType::kInt32, Op::kSum, nullptr);
+      }
+      if (s.is_ok()) {
+        if (std::string(what) == "bcast-root") {
+          EXPECT_EQ(v[999], 1) << what << ": rank " << r << " took wrong data";
+        }
+        s = b.barrier();
+      }
+      EXPECT_EQ(s.code(), Code::kInvalidUsage) << what << ": rank " << r << ": " << s.message();
+      EXPECT_NE(s.message().find("members called different collectives"), std::string::npos) << s.message();
+    });
+  }
+}
+
 // A large broadcast runs down the chain of leaders in chunks, each host
 // broadcasting a chunk inside as soon as its leader has it.  Members of one
 // host that disagree on the count still fail at the first chunk, naming

@@ -124,13 +124,26 @@ Status StoreGroup::barrier() {
   if (size_ == 1) return Status::ok();
   // Each member marks its step as a barrier's: a bare step of the counters
   // is met by any collective's, so a member calling something else here
-  // (or one that gave up and left) would let the barrier pass.
-  shm_->ctrl(rank_).barrier_seq.store(seq_ + 1, std::memory_order_relaxed);
+  // (or one that gave up and left) would let the barrier pass.  The mark
+  // carries the member's count of broadcasts (which take no step of the
+  // counters), so one that skipped or added a broadcast fails here too.
+  constexpr std::uint64_t kSteps = (std::uint64_t{1} << kCallShift) - 1;
+  const std::uint64_t calls = (bcast_calls_ & 0xffff) << kCallShift;
+  shm_->ctrl(rank_).barrier_seq.store(calls | ((seq_ + 1) & kSteps), std::memory_order_relaxed);
   const std::uint64_t v = publish();
   ACCRUN_RETURN_IF_ERROR(guard(wait_all(v)));
   for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    const std::uint64_t mark = shm_->ctrl(q).barrier_seq.load(std::memory_order_relaxed);
     // (A member that has passed this barrier may be in the next one.)
-    if (q == rank_ || shm_->ctrl(q).barrier_seq.load(std::memory_order_relaxed) >= v) continue;
+    if ((mark & kSteps) > (v & kSteps)) continue;
+    if ((mark & kSteps) == (v & kSteps)) {
+      if ((mark & ~kSteps) == calls) continue;
+      return guard(invalid_usage(where() + ": members called different collectives: this rank called barrier after " +
+                                 std::to_string(bcast_calls_ & 0xffff) + " broadcasts on the group, " +
+                                 shm_->describe(q) + " after " + std::to_string(mark >> kCallShift) +
+                                 "; every member must make the same calls in the same order"));
+    }
     // Its step came from another call: say why if it gave up or is gone.
     ACCRUN_RETURN_IF_ERROR(guard(shm_->check_peer(q, op_)));
     return guard(invalid_usage(where() + ": members called different collectives: this rank called barrier, " +

@@ -40,6 +40,7 @@ Status StoreGroup::broadcast_part(void* buf, std::size_t count, DType dt, int ro
   const std::uint64_t call = ++bcast_calls_ & 0xffff;
   sig_[0] |= call << kCallShift;
   Ctrl& me = shm_->ctrl(rank_);
+  me.bcast_entered.store(bcast_calls_, std::memory_order_release);
   auto post = [&] {
     me.bcast_sig[0].store(sig_[0], std::memory_order_relaxed);
     me.bcast_sig[1].store(sig_[1], std::memory_order_relaxed);
@@ -138,6 +139,14 @@ template <class Ready>
 Status StoreGroup::root_went_elsewhere(int root, std::uint64_t call, bool first_chunk, Ready ready) {
   ACCRUN_RETURN_IF_ERROR(shm_->check_peer(root, op_));
   const Ctrl& c = shm_->ctrl(root);
+  // A root that has not posted this broadcast but took a step of the
+  // rounds this member has not: it called another collective here.
+  if (c.seq.load(std::memory_order_acquire) > seq_ && c.bcast_posted.load(std::memory_order_acquire) < call &&
+      !ready())
+    return guard(invalid_usage(where() + ": members called different collectives: this rank called " +
+                               describe_sig(sig_) + ", the root, " + shm_->describe(root) +
+                               ", called another collective instead; every member must make the same calls in the "
+                               "same order"));
   const std::uint64_t posted = c.bcast_posted.load(std::memory_order_acquire);
   // Posted means its first chunk is in place; the later ones are once the
   // root has gone on to another broadcast.

@@ -103,12 +103,14 @@ Wait StoreGroup::wait_spec() const {
 // ----------------------------------------------------------------- signatures
 
 void StoreGroup::sign(Coll c, std::size_t count, DType dt, Op op, int root) {
-  sig_[0] = count;
+  // (A broadcast stamps its own number in, broadcast.cpp.)
+  sig_[0] = count | (c == Coll::kBroadcast ? 0 : (bcast_calls_ & 0xffff) << kCallShift);
+  if (outer_root_ != kNoOuterRoot) root = outer_root_;
   sig_[1] = (static_cast<std::uint64_t>(c) << 56) | (static_cast<std::uint64_t>(dt) << 48) |
             (static_cast<std::uint64_t>(op) << 40) | static_cast<std::uint32_t>(root + 1);
 }
 
-std::string StoreGroup::describe_sig(const std::uint64_t* sig) {
+std::string StoreGroup::describe_sig(const std::uint64_t* sig, bool with_calls) {
   const unsigned c = static_cast<unsigned>(sig[1] >> 56);
   const auto dt = static_cast<DType>((sig[1] >> 48) & 0xff);
   const auto op = static_cast<Op>((sig[1] >> 40) & 0xff);
@@ -122,15 +124,19 @@ std::string StoreGroup::describe_sig(const std::uint64_t* sig) {
   if (c == 2) s += " to root " + std::to_string(root);
   if (c == 3) s += " from root " + std::to_string(root);
   if (c == 3 && call != 0) s += " (the group's broadcast #" + std::to_string(call) + ")";
+  if (c != 3 && with_calls) s += " after " + std::to_string(call) + " broadcast" + (call == 1 ? "" : "s") + " on the group";
   return s;
 }
 
 Status StoreGroup::check_sig(int q, const std::uint64_t* theirs) {
   if (theirs[0] == sig_[0] && theirs[1] == sig_[1]) return Status::ok();
   const std::uint64_t t[2] = {theirs[0], theirs[1]};  // a copy: the peer may move on
+  const std::uint64_t calls = ~((std::uint64_t{1} << kCallShift) - 1);
+  const bool order = t[1] == sig_[1] && (t[0] & ~calls) == (sig_[0] & ~calls);
   return guard(invalid_usage(where() + ": members called different collectives: this rank called " +
-                             describe_sig(sig_) + ", " + shm_->describe(q) + " called " + describe_sig(t) +
-                             "; every member must pass the same count, dtype, op and root"));
+                             describe_sig(sig_, order) + ", " + shm_->describe(q) + " called " + describe_sig(t, order) +
+                             (order ? "; every member must make the same calls in the same order"
+                                    : "; every member must pass the same count, dtype, op and root")));
 }
 
 Status StoreGroup::check_all_sigs(int h) {
@@ -188,10 +194,11 @@ Status StoreGroup::wait_all(std::uint64_t v) {
   if (first == size_) { known_min_ = std::max(known_min_, v); return Status::ok(); }
   const Wait w = wait_spec();
   // Liveness of the first rank still missing: the one this call waits on.
-  Status s = shm_->waiter().until([&] {
+  auto all = [&] {
     while (first < size_ && seq(first) >= v) ++first;
     return first == size_;
-  }, [&] { return shm_->check_peer(first, op_); }, w.deadline, [&] {
+  };
+  Status s = shm_->waiter().until(all, [&] { return peer_elsewhere(first, all); }, w.deadline, [&] {
     std::vector<int> missing;
     for (int q = 0; q < size_; ++q)
       if (seq(q) < v) missing.push_back(q);
@@ -212,7 +219,17 @@ Status StoreGroup::wait_bc_done(int which, std::uint64_t v) {
   };
   if (!done()) {
     const Wait w = wait_spec();
-    Status s = shm_->waiter().until(done, [&] { return shm_->check_peer(first, op_); }, w.deadline, [&] {
+    // A reader that took a step of the rounds this root has not called
+    // another collective instead of this broadcast.
+    auto elsewhere = [&]() -> Status {
+      ACCRUN_RETURN_IF_ERROR(shm_->check_peer(first, op_));
+      if (shm_->ctrl(first).seq.load(std::memory_order_acquire) <= seq_ || done()) return Status::ok();
+      return guard(invalid_usage(where() + ": members called different collectives: this rank called " +
+                                 describe_sig(sig_) + ", " + shm_->describe(first) +
+                                 " called another collective instead; every member must make the same calls in "
+                                 "the same order"));
+    };
+    Status s = shm_->waiter().until(done, elsewhere, w.deadline, [&] {
       std::vector<int> missing;
       for (int q = 0; q < size_; ++q)
         if (done_of(q) < v) missing.push_back(q);
@@ -231,8 +248,8 @@ Status StoreGroup::wait_box(int q, int h, std::uint64_t v) {
   const auto& c = shm_->box(q, h).seq;
   if (c.load(std::memory_order_acquire) >= v) return Status::ok();
   const Wait w = wait_spec();
-  return shm_->waiter().until([&] { return c.load(std::memory_order_acquire) >= v; },
-                              [&] { return shm_->check_peer(q, op_); }, w.deadline,
+  auto ready = [&] { return c.load(std::memory_order_acquire) >= v; };
+  return shm_->waiter().until(ready, [&] { return peer_elsewhere(q, ready); }, w.deadline,
                               [&] { return shm_->timed_out(w, {q}); });
 }
 
@@ -240,9 +257,23 @@ Status StoreGroup::wait_one(int q, std::uint64_t v) {
   const auto& c = shm_->ctrl(q).seq;
   if (c.load(std::memory_order_acquire) >= v) return Status::ok();
   const Wait w = wait_spec();
-  return shm_->waiter().until([&] { return c.load(std::memory_order_acquire) >= v; },
-                              [&] { return shm_->check_peer(q, op_); }, w.deadline,
+  auto ready = [&] { return c.load(std::memory_order_acquire) >= v; };
+  return shm_->waiter().until(ready, [&] { return peer_elsewhere(q, ready); }, w.deadline,
                               [&] { return shm_->timed_out(w, {q}); });
+}
+
+template <class Ready>
+Status StoreGroup::peer_elsewhere(int q, Ready ready) {
+  ACCRUN_RETURN_IF_ERROR(shm_->check_peer(q, op_));
+  // q enters a broadcast only after its part of every earlier round is
+  // published, so one seen in a broadcast this member never made, while
+  // this round still misses it, called something else here.
+  const std::uint64_t entered = shm_->ctrl(q).bcast_entered.load(std::memory_order_acquire);
+  if (entered <= bcast_calls_ || ready()) return Status::ok();
+  return guard(invalid_usage(where() + ": members called different collectives: this rank called " + op_ +
+                             " after " + std::to_string(bcast_calls_) + " broadcasts on the group, " +
+                             shm_->describe(q) + " called the group's broadcast #" + std::to_string(entered) +
+                             " instead; every member must make the same calls in the same order"));
 }
 
 // -------------------------------------------------------------------- factory

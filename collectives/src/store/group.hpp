@@ -91,6 +91,10 @@ class StoreGroup final : public Backend {
   // `whole` (a hierarchical broadcast's chunk): members that disagree on
   // the whole fail at the first part, naming both calls.
   Status broadcast_part(void* buf, std::size_t count, DType dt, int root, std::size_t whole);
+  // The root a hierarchical group's call names, in its own ranks (-1: none),
+  // signed into this group's calls until changed in place of their local
+  // root: members of a host that disagree on a root elsewhere fail too.
+  void sign_root_as(int root) { outer_root_ = root; }
 
  private:
   enum class Coll : std::uint8_t { kAllreduce = 1, kReduce, kBroadcast, kAllgather, kReducescatter };
@@ -112,7 +116,8 @@ class StoreGroup final : public Backend {
   Status check_sig(int q, const std::uint64_t* theirs);
   Status check_box_sig(int q, int h) { return check_sig(q, shm_->box(q, h).sig); }
   Status check_all_sigs(int h);
-  static std::string describe_sig(const std::uint64_t* sig);
+  // with_calls: also how many broadcasts the member made before the call.
+  static std::string describe_sig(const std::uint64_t* sig, bool with_calls = false);
 
   // ---- rounds over the shared-memory transport
   std::uint64_t publish();
@@ -172,13 +177,21 @@ class StoreGroup final : public Backend {
   // same count on every member making the same calls.  Stamped into a
   // broadcast's signature (kCallShift) so that a member whose call went
   // another way is caught.
+  // Every other call's signature carries it too, so a member that skipped
+  // or added a broadcast fails at its next call that meets the others'.
   std::uint64_t bcast_calls_ = 0;
   static constexpr int kCallShift = 48;
+  static constexpr int kNoOuterRoot = -2;
+  int outer_root_ = kNoOuterRoot;  // sign_root_as
   // Fails when the root has posted broadcast `call` (or, for a chunk past
   // the first, a later one) while `ready` still says this member's place
   // for it is empty: the root's call went another way.
   template <class Ready>
   Status root_went_elsewhere(int root, std::uint64_t call, bool first_chunk, Ready ready);
+  // For a wait on member q in a round: q's failure, or q in a broadcast
+  // this member never made (while `ready` still says q has not come).
+  template <class Ready>
+  Status peer_elsewhere(int q, Ready ready);
   const char* op_ = "setup";
   bool ok_ = true;
   Status broken_;

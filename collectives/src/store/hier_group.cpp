@@ -157,6 +157,7 @@ Wait HierGroup::wait_spec() const {
 Status HierGroup::enter(const char* op, void* stream, bool collective) {
   op_ = op;
   if (!broken_.is_ok()) return broken_;
+  local_->sign_root_as(-1);  // reduce and broadcast name theirs
   if (stream != nullptr)
     return invalid_argument("group '" + name_ + "': " + op + ": the store backend works on host memory; stream must be NULL");
   if (collective && depth_ > 0)
@@ -179,7 +180,9 @@ Status HierGroup::fail(Status s) {
     if ((leader() || lanes_ > 1) && !told_) {
       // The other hosts' members of this member's lane (the leaders, for a
       // leader), so none waits for this one; they tell their hosts in turn.
-      const Sig abort{kAbort, 0, 0, 0, 0};
+      // (Its code rides in `op`: a timeout or a misuse stays one for every
+      // member, as inside a host.)
+      const Sig abort{kAbort, 0, static_cast<std::uint32_t>(s.code()), 0, 0};
       Wait w;
       w.op = op_;
       w.deadline = Clock::now() + std::chrono::seconds(1);
@@ -227,9 +230,23 @@ Status HierGroup::lrecv(int host, void* data, std::size_t len, const Wait& w) {
   std::string head;
   bool placed = false;
   // The data goes straight into `data` as it arrives; the signature to head.
-  ACCRUN_RETURN_IF_ERROR(links_->recv_split(from, HostLinks::kCollective, sizeof(Sig), static_cast<char*>(data), len,
-                                          &head, &placed, w));
+  ACCRUN_RETURN_IF_ERROR(speaks_for(links_->recv_split(from, HostLinks::kCollective, sizeof(Sig),
+                                                       static_cast<char*>(data), len, &head, &placed, w),
+                                    host));
   return check_split(from, head, placed, len);
+}
+
+// A timeout waiting for another host's member of this lane: that member
+// waits in turn for its host's members, so the one missing may be any of
+// them; the message says so.
+Status HierGroup::speaks_for(Status s, int host) const {
+  if (s.code() != Code::kTimeout || s.message().find(" gave up: ") != std::string::npos) return s;
+  std::string who;
+  const auto& ranks = hosts_[static_cast<std::size_t>(host)];
+  if (ranks.size() < 2) return s;
+  for (int g : ranks) who += (who.empty() ? "" : ", ") + std::to_string(g);
+  return Status(s.code(), s.message() + ", which speaks for its host's members (group ranks " + who +
+                              "): the one that had not arrived may be any of them");
 }
 
 // What an lrecv took: its signature against this member's call, and its
@@ -250,7 +267,12 @@ Status HierGroup::lrecv_all(const std::vector<Into>& from, const Wait& w) {
   splits.reserve(from.size());
   for (const Into& f : from)
     splits.push_back(HostLinks::Split{lane_peer(f.host), HostLinks::kCollective, sizeof(Sig), f.dest, f.len, {}});
-  ACCRUN_RETURN_IF_ERROR(links_->recv_splits(&splits, w));
+  if (Status st = links_->recv_splits(&splits, w); !st) {
+    // Taken in order: the first not taken is the one waited for.
+    for (const HostLinks::Split& s : splits)
+      if (s.head.empty() && !s.placed) return speaks_for(std::move(st), host_of_[static_cast<std::size_t>(s.peer)]);
+    return st;
+  }
   for (const HostLinks::Split& s : splits) ACCRUN_RETURN_IF_ERROR(check_split(s.peer, s.head, s.placed, s.len));
   return Status::ok();
 }
@@ -259,7 +281,7 @@ Status HierGroup::lrecv_all(const std::vector<Into>& from, const Wait& w) {
 // front: the data starts sizeof(Sig) bytes in, so nothing is moved).
 Status HierGroup::lrecv_any(int host, std::string* out, const Wait& w) {
   const int from = lane_peer(host);
-  ACCRUN_RETURN_IF_ERROR(links_->recv_message(from, HostLinks::kCollective, out, w));
+  ACCRUN_RETURN_IF_ERROR(speaks_for(links_->recv_message(from, HostLinks::kCollective, out, w), host));
   return check_sig(from, *out);
 }
 
@@ -271,8 +293,10 @@ Status HierGroup::check_sig(int from, const std::string& message) {
   if (out->size() >= sizeof theirs) std::memcpy(&theirs, out->data(), sizeof theirs);
   if (out->size() >= sizeof theirs && theirs.coll == kAbort) {
     told_ = true;  // its leader told the others already
-    return remote_error("group '" + name_ + "': " + op_ + ": " + links_->describe(from) + " gave up: " +
-                        out->substr(sizeof theirs));
+    const Code code = static_cast<Code>(theirs.op);
+    return Status(code == Code::kTimeout || code == Code::kInvalidUsage ? code : Code::kRemote,
+                  "group '" + name_ + "': " + op_ + ": " + links_->describe(from) + " gave up: " +
+                      out->substr(sizeof theirs));
   }
   if (out->size() < sizeof theirs || std::memcmp(&theirs, &sig_, sizeof sig_) != 0) {
     auto text = [](const Sig& s) {
@@ -460,6 +484,7 @@ Status HierGroup::allreduce(const void* send, void* recv, std::size_t count, DTy
 Status HierGroup::reduce(const void* send, void* recv, std::size_t count, DType dt, Op op, int root, void* stream) {
   ACCRUN_RETURN_IF_ERROR(enter("reduce", stream, true));
   ACCRUN_RETURN_IF_ERROR(check_rank(root, "root"));
+  local_->sign_root_as(root);
   const std::size_t bytes = count * dtype_size(dt);
   sig_ = Sig{kReduce, static_cast<std::uint32_t>(dt), static_cast<std::uint32_t>(op), root, count};
   const int root_host = host_of_[static_cast<std::size_t>(root)];
@@ -489,6 +514,7 @@ Status HierGroup::reduce(const void* send, void* recv, std::size_t count, DType 
 Status HierGroup::broadcast(void* buf, std::size_t count, DType dt, int root, void* stream) {
   ACCRUN_RETURN_IF_ERROR(enter("broadcast", stream, true));
   ACCRUN_RETURN_IF_ERROR(check_rank(root, "root"));
+  local_->sign_root_as(root);
   if (count > 0 && buf == nullptr) return invalid_argument("group '" + name_ + "': broadcast: a NULL buffer");
   sig_ = Sig{kBroadcast, static_cast<std::uint32_t>(dt), 0, root, count};
   const int root_host = host_of_[static_cast<std::size_t>(root)];

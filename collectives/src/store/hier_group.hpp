@@ -112,6 +112,7 @@ class HierGroup final : public Backend {
   // calls return the same error, and the host's members are told.
   Status fail(Status s);
   Status run(Status s) { return s.is_ok() ? s : fail(std::move(s)); }
+  Status speaks_for(Status s, int host) const;
 
   // Between the members of one lane (lane_: the local index; the leaders'
   // lane is 0) on the hosts (host indices), tag kCollective, each message

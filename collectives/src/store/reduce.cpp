@@ -44,6 +44,11 @@ Status StoreGroup::reduce_to(const char* in, char* out, std::size_t count, DType
         ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
       }
       reduce_parts(dt, op, out, count, [&](int q) { return box(q, h); });
+    } else {
+      // The root this member names checks every signature; this member
+      // checks that root's, so members that disagree on the root fail too.
+      ACCRUN_RETURN_IF_ERROR(guard(wait_box(root, h, v)));
+      ACCRUN_RETURN_IF_ERROR(check_box_sig(root, h));
     }
     end_round();
     return Status::ok();
@@ -58,6 +63,9 @@ Status StoreGroup::reduce_to(const char* in, char* out, std::size_t count, DType
       ACCRUN_RETURN_IF_ERROR(guard(wait_all(v)));
       ACCRUN_RETURN_IF_ERROR(check_all_sigs(h));
       reduce_parts(dt, op, out, count, [&](int q) { return slot(q, h); });
+    } else {
+      ACCRUN_RETURN_IF_ERROR(guard(wait_one(root, v)));  // as above
+      ACCRUN_RETURN_IF_ERROR(check_box_sig(root, h));
     }
     end_round();
     return Status::ok();

@@ -65,6 +65,10 @@ struct alignas(128) Ctrl {
   // the group's broadcasts) and that call's signature, written first.
   std::atomic<std::uint64_t> bcast_posted;
   std::atomic<std::uint64_t> bcast_sig[2];  // relaxed; bcast_posted orders them
+  // The broadcast this rank entered last (StoreGroup's count), as root or
+  // reader: a member waiting for it in another call, having made fewer
+  // broadcasts, knows the two called different collectives.
+  std::atomic<std::uint64_t> bcast_entered;
   Box box[2];  // used by rounds of parity 0 and 1, like the slot halves
   // Set when this rank gave up on the group (a dead peer, a timeout), with
   // the reason, so ranks waiting on it fail at once instead of hanging.
