@@ -346,6 +346,25 @@ TEST_P(StoreHosts, AMemberThatLeftNormallyDoesNotFailOthers) {
   });
 }
 
+// A member of another host that destroys its group and leaves without ever
+// opening a link to this one: a receive from it fails within seconds
+// (ACCRUN_ERR_REMOTE naming it), as inside a host, instead of waiting out
+// the group's timeout.
+TEST(StoreHostsTcp, AReceiveFromAMemberThatLeftWithoutALinkFails) {
+  World w;
+  const auto start = Clock::now();
+  // Group ranks 0 and 3 share no link (leaders 0 and 2, lanes 0-2 and 1-3).
+  w.run(on_hosts(spec("gone", 4, 20'000), "aabb"), [&](int r, Backend& b) {
+    if (r != 0) return;  // its handle is destroyed: it leaves
+    std::vector<std::int32_t> in(10);
+    Status s = b.recv(in.data(), in.size(), DType::kInt32, 3, nullptr);
+    EXPECT_EQ(s.code(), Code::kRemote) << s.message();
+    EXPECT_NE(s.message().find("group rank 3"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("destroyed its group and left"), std::string::npos) << s.message();
+  });
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
 TEST_P(StoreHosts, MembersThatDisagreeAcrossHostsFailNamingBoth) {
   World w;
   w.run(on_hosts(spec("disagree", 2, 5000), "ab", GetParam()), [&](int r, Backend& b) {

@@ -86,7 +86,7 @@ HierGroup::~HierGroup() {
     w.op = "destroy";
     w.timeout_ms = broken_.is_ok() ? 10'000 : 1'000;
     w.deadline = Clock::now() + std::chrono::milliseconds(w.timeout_ms);
-    (void)links_->flush(w);
+    if (links_->flush(w).is_ok() && broken_.is_ok()) links_->leaving();
   }
 }
 

@@ -74,6 +74,11 @@ class HostLinks {
   }
   // Waits until everything queued has left (best effort at destroy).
   virtual Status flush(const Wait& w) = 0;
+  // The member destroys its group normally, after flush(): says so where a
+  // member of another host waiting for a message from it, over a link it
+  // never opened, can see it (TCP: the group's directory), so that wait
+  // fails instead of waiting out the timeout.
+  virtual void leaving() {}
   // "group rank 3 (job rank 7 on host n2)", for messages.
   virtual std::string describe(int peer) const = 0;
   // Sets up the links to `peers` now, at group creation, where a transport

@@ -137,6 +137,10 @@ TcpTransport::TcpTransport(const GroupContext& ctx, std::vector<bool> needs, std
   }
 }
 
+void TcpTransport::leaving() {
+  (void)rendezvous_->publish("tcp.left." + std::to_string(rank_), "1");
+}
+
 TcpTransport::~TcpTransport() {
   if (writer_.joinable()) {
     {
@@ -550,7 +554,7 @@ Status TcpTransport::flush(const Wait& w) {
 template <class Ready>
 Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* what, bool watch_all) {
   const auto start = Clock::now();
-  auto next_check = start;
+  auto next_check = start, next_left_look = start;
   for (;;) {
     if (ready()) return Status::ok();
     const auto now = Clock::now();
@@ -572,6 +576,20 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
         }
         if (std::string why = lost(peer); !why.empty())
           return remote_error("group '" + name_ + "': " + w.op + ": " + describe(peer) + " " + why);
+        // A peer that never connected can leave without a word on any
+        // socket: after a second, and then every second, look whether it
+        // said so in the group's directory (leaving()).
+        if (links_[static_cast<std::size_t>(peer)].in_fd < 0 && now - start >= std::chrono::seconds(1) &&
+            now >= next_left_look) {
+          next_left_look = now + std::chrono::seconds(1);
+          if (rendezvous_->lookup("tcp.left." + std::to_string(peer), 0).is_ok()) {
+            for (int i = 0; i < 16 && !ready(); ++i) progress(0);  // a connection it made before it left
+            if (ready()) return Status::ok();
+            if (links_[static_cast<std::size_t>(peer)].in_fd < 0)
+              return remote_error("group '" + name_ + "': " + w.op + ": " + describe(peer) +
+                                  " destroyed its group and left without sending what this call waits for");
+          }
+        }
       }
       if (now >= w.deadline) {
         return timeout_error("group '" + name_ + "': " + w.op + ": waited " + std::to_string(w.timeout_ms) +

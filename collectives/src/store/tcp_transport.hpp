@@ -55,6 +55,7 @@ class TcpTransport final : public Transport, public HostLinks {
   ~TcpTransport() override;
 
   const char* name() const override { return "tcp"; }
+  void leaving() override;
   using HostLinks::Tag;
   bool reaches(int peer) const override;
   Channel* channel(int peer) override;
