@@ -125,8 +125,9 @@ Status StoreGroup::barrier() {
   // Each member marks its step as a barrier's: a bare step of the counters
   // is met by any collective's, so a member calling something else here
   // (or one that gave up and left) would let the barrier pass.  The mark
-  // carries the member's count of broadcasts (which take no step of the
-  // counters), so one that skipped or added a broadcast fails here too.
+  // carries the member's count of broadcasts (those through the rings take
+  // no step of the counters), so one that skipped or added a broadcast
+  // fails here too.
   constexpr std::uint64_t kSteps = (std::uint64_t{1} << kCallShift) - 1;
   const std::uint64_t calls = (bcast_calls_ & 0xffff) << kCallShift;
   shm_->ctrl(rank_).barrier_seq.store(calls | ((seq_ + 1) & kSteps), std::memory_order_relaxed);

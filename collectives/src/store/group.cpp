@@ -198,7 +198,14 @@ Status StoreGroup::wait_all(std::uint64_t v) {
     while (first < size_ && seq(first) >= v) ++first;
     return first == size_;
   };
-  Status s = shm_->waiter().until(all, [&] { return peer_elsewhere(first, all); }, w.deadline, [&] {
+  // (The check is on the member found missing, alone: one that arrived
+  // since and went on to its next call is no mismatch, whoever else is
+  // still missing.)
+  auto elsewhere = [&] {
+    const int q = first;
+    return peer_elsewhere(q, [&, q] { return seq(q) >= v; });
+  };
+  Status s = shm_->waiter().until(all, elsewhere, w.deadline, [&] {
     std::vector<int> missing;
     for (int q = 0; q < size_; ++q)
       if (seq(q) < v) missing.push_back(q);

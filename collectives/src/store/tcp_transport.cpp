@@ -585,7 +585,8 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
           if (rendezvous_->lookup("tcp.left." + std::to_string(peer), 0).is_ok()) {
             for (int i = 0; i < 16 && !ready(); ++i) progress(0);  // a connection it made before it left
             if (ready()) return Status::ok();
-            if (links_[static_cast<std::size_t>(peer)].in_fd < 0)
+            // (A connection not yet told apart may be its: look again later.)
+            if (links_[static_cast<std::size_t>(peer)].in_fd < 0 && pending_.empty())
               return remote_error("group '" + name_ + "': " + w.op + ": " + describe(peer) +
                                   " destroyed its group and left without sending what this call waits for");
           }
