@@ -21,6 +21,9 @@ std::string join_ints(const std::vector<int>& v) {
   return s;
 }
 
+// The closed marker of an incarnation group rank 0 destroyed ends so.
+constexpr const char* kDestroyedBy = " was destroyed by group rank 0";
+
 // A closed marker is "<code> <message>".
 std::string encode_closed(Code code, const std::string& msg) {
   return std::to_string(static_cast<int>(code)) + " " + msg;
@@ -170,9 +173,19 @@ Result<std::shared_ptr<Group>> GroupManager::create(const std::string& name, int
 
   std::vector<MemberRecord> records;
   std::string p;
+  // Why the last incarnation this member passed over failed, when it did
+  // (not destroyed): a member that came after the others failed there
+  // starts the next one alone, and its timeout says what became of them.
+  std::string before;
   for (;; ++epoch) {
     p = prefix(name, epoch);
-    if (dir_.lookup(p + "closed", 0)) continue;  // an incarnation that is over
+    if (auto c = dir_.lookup(p + "closed", 0)) {  // an incarnation that is over
+      const std::string why = decode_closed(*c).message();
+      before = why.find(kDestroyedBy) == std::string::npos
+                   ? "; the incarnation before it (epoch " + std::to_string(epoch) + ") failed: " + why
+                   : std::string();
+      continue;
+    }
     // Open the incarnation, or find it opened by another member.
     int world = world_size;
     if (Status st = dir_.publish(p + "world", std::to_string(world_size)); !st) {
@@ -262,7 +275,7 @@ Result<std::shared_ptr<Group>> GroupManager::create(const std::string& name, int
                              (missing.size() > 1 ? "s " : " ") + list + " of " +
                              std::to_string(world_size) + " never called accrun_group_init within " +
                              std::to_string(opts_.init_timeout_ms / 1000.0).substr(0, 5) +
-                             " s (ACCRUN_GROUP_INIT_TIMEOUT)";
+                             " s (ACCRUN_GROUP_INIT_TIMEOUT)" + before;
         close(p, encode_closed(Code::kTimeout, reason));
         remember(epoch + 1);
         return timeout_error(reason);
@@ -380,7 +393,7 @@ Status GroupManager::destroy(Group& g) {
   // each, 64 at once in a group of 64, and all but the first refused).
   if (g.rank == 0)
     close(prefix(g.name, g.epoch),
-          encode_closed(Code::kInvalidUsage, "group '" + g.name + "' was destroyed by group rank 0"));
+          encode_closed(Code::kInvalidUsage, "group '" + g.name + "'" + kDestroyedBy));
   return Status::ok();
 }
 

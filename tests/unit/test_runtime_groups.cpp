@@ -231,6 +231,16 @@ TEST(RuntimeGroups, TwoMembersClaimingOneRankFail) {
   bool named = false;
   for (auto& g : gs) named |= g.status().message().find("two members claim group rank 1") != std::string::npos;
   EXPECT_TRUE(named);
+  // Group rank 2, arriving after the conflict closed the incarnation, opens
+  // the next one alone; its timeout says what became of the one before.
+  Proc d(dir, 3, 300);
+  auto late = d.mgr->create("dup", 3, 2, BackendKind::kStore);
+  ASSERT_FALSE(late.is_ok());
+  EXPECT_EQ(late.status().code(), Code::kTimeout) << late.status().message();
+  EXPECT_NE(late.status().message().find("the incarnation before it (epoch 0) failed: "), std::string::npos)
+      << late.status().message();
+  EXPECT_NE(late.status().message().find("two members claim group rank 1"), std::string::npos)
+      << late.status().message();
 }
 
 TEST(RuntimeGroups, TimeoutNamesTheRanksThatNeverArrived) {
