@@ -5,13 +5,16 @@
 //                                    into a buffer of MIB MiB (default 4),
 //                                    from its start again when full, print
 //                                    the bytes and GB/s
-//   tcp_stream send HOST PORT MIB [CC]
+//   tcp_stream send HOST PORT MIB [CC [FROM]]
 //                                    connect, write MIB MiB in 4 MiB writes,
 //                                    print GB/s (from connect to the
 //                                    receiver's close); CC: the sender's
 //                                    congestion control (default: the
-//                                    host's; "reno" is the store's default,
-//                                    accrun/tcp_congestion.hpp)
+//                                    host's, also given as "system"; "reno"
+//                                    is the store's default,
+//                                    accrun/tcp_congestion.hpp); FROM: the
+//                                    MiB the writes cycle through (default
+//                                    4), as large as a message's buffer
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -60,7 +63,7 @@ int serve(int port, long mib) {
   return 0;
 }
 
-int send_to(const char* host, int port, long mib, const std::string& cc) {
+int send_to(const char* host, int port, long mib, const std::string& cc, long from_mib) {
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
@@ -83,11 +86,13 @@ int send_to(const char* host, int port, long mib, const std::string& cc) {
     std::perror("tcp_stream: connect");
     return 1;
   }
-  std::vector<char> buf(4 << 20, 'x');
+  std::vector<char> buf(static_cast<size_t>(from_mib) << 20, 'x');  // touched: no page faults while timed
+  constexpr size_t kWrite = 4 << 20;
   const double t0 = now();
   for (long i = 0; i < mib / 4; ++i) {
-    for (size_t off = 0; off < buf.size();) {
-      const ssize_t n = write(fd, buf.data() + off, buf.size() - off);
+    const char* at = buf.data() + (static_cast<size_t>(i) * kWrite) % buf.size();
+    for (size_t off = 0; off < kWrite;) {
+      const ssize_t n = write(fd, at + off, kWrite - off);
       if (n <= 0) {
         std::perror("tcp_stream: write");
         return 1;
@@ -114,8 +119,14 @@ int send_to(const char* host, int port, long mib, const std::string& cc) {
 int main(int argc, char** argv) {
   if ((argc == 3 || argc == 4) && std::strcmp(argv[1], "serve") == 0)
     return serve(std::atoi(argv[2]), argc == 4 ? std::max(1L, std::atol(argv[3])) : 4);
-  if ((argc == 5 || argc == 6) && std::strcmp(argv[1], "send") == 0)
-    return send_to(argv[2], std::atoi(argv[3]), std::atol(argv[4]), argc == 6 ? argv[5] : "");
-  std::fprintf(stderr, "usage: tcp_stream serve PORT [MIB] | tcp_stream send HOST PORT MIB [CONGESTION_CONTROL]\n");
+  if (argc >= 5 && argc <= 7 && std::strcmp(argv[1], "send") == 0) {
+    const long from = argc == 7 ? std::atol(argv[6]) : 4;
+    if (from < 4 || from % 4 != 0) {
+      std::fprintf(stderr, "tcp_stream: FROM must be a multiple of 4 MiB\n");
+      return 2;
+    }
+    return send_to(argv[2], std::atoi(argv[3]), std::atol(argv[4]), argc >= 6 ? argv[5] : "", from);
+  }
+  std::fprintf(stderr, "usage: tcp_stream serve PORT [MIB] | tcp_stream send HOST PORT MIB [CONGESTION_CONTROL [FROM_MIB]]\n");
   return 2;
 }
