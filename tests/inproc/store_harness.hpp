@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "accrun/backend.hpp"
+#include "store/store_backend.hpp"
 
 namespace accrun::collectives::testing {
 
@@ -152,12 +153,14 @@ class World {
 
   // Runs body(rank, backend) on one thread per rank of a fresh group and
   // joins them.  Factory failures are test failures.
-  void run(const GroupSpec& g, const std::function<void(int, Backend&)>& body) {
+  void run(const GroupSpec& g, const std::function<void(int, Backend&)>& body) { run(g, store::Tuning{}, body); }
+  // The same with the store's knobs set (buffer bounds, ring sizes, ...).
+  void run(const GroupSpec& g, const store::Tuning& t, const std::function<void(int, Backend&)>& body) {
     MemRendezvous rv;
     std::vector<std::thread> threads;
     for (int r = 0; r < g.size; ++r) {
       threads.emplace_back([&, r] {
-        auto b = make_store_backend(context(g, r, &rv));
+        auto b = store::make_store_backend_tuned(context(g, r, &rv), t);
         ASSERT_TRUE(b.is_ok()) << "rank " << r << ": " << b.status().message();
         body(r, **b);
       });

@@ -363,45 +363,38 @@ store::Tuning small_buffers() {
 TEST(StoreBuffer, SendsPastThePairBoundWaitForTheReceiver) {
   World w;
   const store::Tuning t = small_buffers();
-  MemRendezvous rv;
   const GroupSpec g = spec("bound", 2, 20'000);
   const std::size_t n = (768u << 10) / sizeof(std::int32_t);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      auto b = store::make_store_backend_tuned(w.context(g, r, &rv), t);
-      ASSERT_TRUE(b.is_ok()) << b.status().message();
-      if (r == 0) {
-        std::vector<std::int32_t> m(n);
-        const auto start = Clock::now();
-        for (int k = 0; k < 3; ++k) {
-          for (std::size_t i = 0; i < n; ++i) m[i] = static_cast<std::int32_t>(i) + k;
-          ASSERT_TRUE((*b)->send(m.data(), n, DType::kInt32, 1, nullptr).is_ok());
-          // The first goes at once; the second would hold 1.5 MiB (> 1 MiB)
-          // and waits for the receiver, who starts after 300 ms.
-          if (k == 0) { EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(250)); }
-          if (k == 1) { EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(250)); }
-        }
-        // Past the bound with nobody receiving: a timeout naming the peer.
-        (*b)->set_timeout(150);
-        ASSERT_TRUE((*b)->send(m.data(), n, DType::kInt32, 1, nullptr).is_ok());
-        Status s = (*b)->send(m.data(), n, DType::kInt32, 1, nullptr);
-        EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
-        EXPECT_TRUE(has(s, "send timed out") && has(s, "group rank 1")) << s.message();
-        (*b)->set_timeout(20'000);
-        ASSERT_TRUE((*b)->barrier().is_ok());
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        std::vector<std::int32_t> m(n);
-        for (int k = 0; k < 3; ++k) {
-          ASSERT_TRUE((*b)->recv(m.data(), n, DType::kInt32, 0, nullptr).is_ok());
-          for (std::size_t i = 0; i < n; i += 1021) ASSERT_EQ(m[i], static_cast<std::int32_t>(i) + k);
-        }
-        ASSERT_TRUE((*b)->barrier().is_ok());
+  w.run(g, t, [&](int r, Backend& b) {
+    if (r == 0) {
+      std::vector<std::int32_t> m(n);
+      const auto start = Clock::now();
+      for (int k = 0; k < 3; ++k) {
+        for (std::size_t i = 0; i < n; ++i) m[i] = static_cast<std::int32_t>(i) + k;
+        ASSERT_TRUE(b.send(m.data(), n, DType::kInt32, 1, nullptr).is_ok());
+        // The first goes at once; the second would hold 1.5 MiB (> 1 MiB)
+        // and waits for the receiver, who starts after 300 ms.
+        if (k == 0) { EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(250)); }
+        if (k == 1) { EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(250)); }
       }
-    });
-  }
-  for (auto& th : threads) th.join();
+      // Past the bound with nobody receiving: a timeout naming the peer.
+      b.set_timeout(150);
+      ASSERT_TRUE(b.send(m.data(), n, DType::kInt32, 1, nullptr).is_ok());
+      Status s = b.send(m.data(), n, DType::kInt32, 1, nullptr);
+      EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
+      EXPECT_TRUE(has(s, "send timed out") && has(s, "group rank 1")) << s.message();
+      b.set_timeout(20'000);
+      ASSERT_TRUE(b.barrier().is_ok());
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      std::vector<std::int32_t> m(n);
+      for (int k = 0; k < 3; ++k) {
+        ASSERT_TRUE(b.recv(m.data(), n, DType::kInt32, 0, nullptr).is_ok());
+        for (std::size_t i = 0; i < n; i += 1021) ASSERT_EQ(m[i], static_cast<std::int32_t>(i) + k);
+      }
+      ASSERT_TRUE(b.barrier().is_ok());
+    }
+  });
 }
 
 // Sends to itself past the bound: only its own receive could make room,
@@ -434,29 +427,22 @@ TEST(StoreBuffer, SendsToItselfPastTheBoundFailAtOnce) {
 TEST(StoreBuffer, AnAlmostFullRingStillTakesTheNextSendsDescriptor) {
   World w;
   const store::Tuning t = small_buffers();
-  MemRendezvous rv;
   const GroupSpec g = spec("nearfull", 2, 3'000);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      auto b = store::make_store_backend_tuned(w.context(g, r, &rv), t);
-      ASSERT_TRUE(b.is_ok()) << b.status().message();
-      const int peer = 1 - r;
-      for (std::size_t left = 0; left <= 48; left += 8) {
-        const std::size_t big = t.ring_bytes - 32 - left;  // a 32-byte frame header, then the data
-        std::vector<char> a(big, static_cast<char>(r + 1)), s(100, static_cast<char>(r + 7));
-        ASSERT_TRUE((*b)->send(a.data(), a.size(), DType::kUInt8, peer, nullptr).is_ok());
-        Status st = (*b)->send(s.data(), s.size(), DType::kUInt8, peer, nullptr);
-        ASSERT_TRUE(st.is_ok()) << "leaving " << left << " bytes: " << st.message();
-        std::vector<char> ga(big), gs(100);
-        ASSERT_TRUE((*b)->recv(ga.data(), ga.size(), DType::kUInt8, peer, nullptr).is_ok());
-        ASSERT_TRUE((*b)->recv(gs.data(), gs.size(), DType::kUInt8, peer, nullptr).is_ok());
-        ASSERT_EQ(ga, std::vector<char>(big, static_cast<char>(peer + 1)));
-        ASSERT_EQ(gs, std::vector<char>(100, static_cast<char>(peer + 7)));
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+  w.run(g, t, [&](int r, Backend& b) {
+    const int peer = 1 - r;
+    for (std::size_t left = 0; left <= 48; left += 8) {
+      const std::size_t big = t.ring_bytes - 32 - left;  // a 32-byte frame header, then the data
+      std::vector<char> a(big, static_cast<char>(r + 1)), s(100, static_cast<char>(r + 7));
+      ASSERT_TRUE(b.send(a.data(), a.size(), DType::kUInt8, peer, nullptr).is_ok());
+      Status st = b.send(s.data(), s.size(), DType::kUInt8, peer, nullptr);
+      ASSERT_TRUE(st.is_ok()) << "leaving " << left << " bytes: " << st.message();
+      std::vector<char> ga(big), gs(100);
+      ASSERT_TRUE(b.recv(ga.data(), ga.size(), DType::kUInt8, peer, nullptr).is_ok());
+      ASSERT_TRUE(b.recv(gs.data(), gs.size(), DType::kUInt8, peer, nullptr).is_ok());
+      ASSERT_EQ(ga, std::vector<char>(big, static_cast<char>(peer + 1)));
+      ASSERT_EQ(gs, std::vector<char>(100, static_cast<char>(peer + 7)));
+    }
+  });
 }
 
 // Small sends to itself until its ring holds no more descriptors: that

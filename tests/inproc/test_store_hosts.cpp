@@ -65,35 +65,28 @@ TEST_P(StoreHosts, AMessageLargerThanTheBoundGoesAlone) {
   World w;
   store::Tuning t;
   t.pair_buffer_max = 1u << 20;
-  MemRendezvous rv;
   const GroupSpec g = on_hosts(spec("alone", 2, 20'000), "ab", GetParam());
   // More than the kernel's socket buffers take (tens of MiB), so part is queued.
   const std::size_t n = (64u << 20) / sizeof(std::int32_t);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      auto b = store::make_store_backend_tuned(w.context(g, r, &rv), t);
-      ASSERT_TRUE(b.is_ok()) << b.status().message();
-      if (r == 0) {
-        auto m = pattern(0, n, 1);
-        const auto start = Clock::now();
-        ASSERT_TRUE((*b)->send(m.data(), n, DType::kInt32, 1, nullptr).is_ok());
-        EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(300));
-        m = pattern(0, n, 2);
-        ASSERT_TRUE((*b)->send(m.data(), n, DType::kInt32, 1, nullptr).is_ok());
-        EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(400)) << "the second waits for the first";
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        std::vector<std::int32_t> in(n);
-        for (int k = 1; k <= 2; ++k) {
-          ASSERT_TRUE((*b)->recv(in.data(), n, DType::kInt32, 0, nullptr).is_ok());
-          ASSERT_EQ(in, pattern(0, n, k));
-        }
+  w.run(g, t, [&](int r, Backend& b) {
+    if (r == 0) {
+      auto m = pattern(0, n, 1);
+      const auto start = Clock::now();
+      ASSERT_TRUE(b.send(m.data(), n, DType::kInt32, 1, nullptr).is_ok());
+      EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(300));
+      m = pattern(0, n, 2);
+      ASSERT_TRUE(b.send(m.data(), n, DType::kInt32, 1, nullptr).is_ok());
+      EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(400)) << "the second waits for the first";
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      std::vector<std::int32_t> in(n);
+      for (int k = 1; k <= 2; ++k) {
+        ASSERT_TRUE(b.recv(in.data(), n, DType::kInt32, 0, nullptr).is_ok());
+        ASSERT_EQ(in, pattern(0, n, k));
       }
-      ASSERT_TRUE((*b)->barrier().is_ok());
-    });
-  }
-  for (auto& th : threads) th.join();
+    }
+    ASSERT_TRUE(b.barrier().is_ok());
+  });
 }
 
 // A receive into a buffer too small for the message fails and leaves the

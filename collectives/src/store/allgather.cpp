@@ -140,16 +140,12 @@ Status StoreGroup::barrier() {
     if ((mark & kSteps) > (v & kSteps)) continue;
     if ((mark & kSteps) == (v & kSteps)) {
       if ((mark & ~kSteps) == calls) continue;
-      return guard(invalid_usage(where() + ": members called different collectives: this rank called barrier after " +
-                                 std::to_string(bcast_calls_ & 0xffff) + " broadcasts on the group, " +
-                                 shm_->describe(q) + " after " + std::to_string(mark >> kCallShift) +
-                                 "; every member must make the same calls in the same order"));
+      return out_of_order("barrier after " + std::to_string(bcast_calls_ & 0xffff) + " broadcasts on the group",
+                          shm_->describe(q) + " after " + std::to_string(mark >> kCallShift));
     }
     // Its step came from another call: say why if it gave up or is gone.
     ACCRUN_RETURN_IF_ERROR(guard(shm_->check_peer(q, op_)));
-    return guard(invalid_usage(where() + ": members called different collectives: this rank called barrier, " +
-                               shm_->describe(q) + " called another collective at this point; every member must "
-                               "make the same calls in the same order"));
+    return out_of_order("barrier", shm_->describe(q) + " called another collective at this point");
   }
   return Status::ok();
 }

@@ -143,10 +143,7 @@ Status StoreGroup::root_went_elsewhere(int root, std::uint64_t call, bool first_
   // rounds this member has not: it called another collective here.
   if (c.seq.load(std::memory_order_acquire) > seq_ && c.bcast_posted.load(std::memory_order_acquire) < call &&
       !ready())
-    return guard(invalid_usage(where() + ": members called different collectives: this rank called " +
-                               describe_sig(sig_) + ", the root, " + shm_->describe(root) +
-                               ", called another collective instead; every member must make the same calls in the "
-                               "same order"));
+    return out_of_order(describe_sig(sig_), "the root, " + shm_->describe(root) + ", called another collective instead");
   const std::uint64_t posted = c.bcast_posted.load(std::memory_order_acquire);
   // Posted means its first chunk is in place; the later ones are once the
   // root has gone on to another broadcast.

@@ -132,11 +132,17 @@ Status StoreGroup::check_sig(int q, const std::uint64_t* theirs) {
   if (theirs[0] == sig_[0] && theirs[1] == sig_[1]) return Status::ok();
   const std::uint64_t t[2] = {theirs[0], theirs[1]};  // a copy: the peer may move on
   const std::uint64_t calls = ~((std::uint64_t{1} << kCallShift) - 1);
-  const bool order = t[1] == sig_[1] && (t[0] & ~calls) == (sig_[0] & ~calls);
+  // Only the broadcasts made before differ: the calls' order.
+  if (t[1] == sig_[1] && (t[0] & ~calls) == (sig_[0] & ~calls))
+    return out_of_order(describe_sig(sig_, true), shm_->describe(q) + " called " + describe_sig(t, true));
   return guard(invalid_usage(where() + ": members called different collectives: this rank called " +
-                             describe_sig(sig_, order) + ", " + shm_->describe(q) + " called " + describe_sig(t, order) +
-                             (order ? "; every member must make the same calls in the same order"
-                                    : "; every member must pass the same count, dtype, op and root")));
+                             describe_sig(sig_) + ", " + shm_->describe(q) + " called " + describe_sig(t) +
+                             "; every member must pass the same count, dtype, op and root"));
+}
+
+Status StoreGroup::out_of_order(const std::string& mine, const std::string& theirs) {
+  return guard(invalid_usage(where() + ": members called different collectives: this rank called " + mine + ", " +
+                             theirs + "; every member must make the same calls in the same order"));
 }
 
 Status StoreGroup::check_all_sigs(int h) {
@@ -231,10 +237,7 @@ Status StoreGroup::wait_bc_done(int which, std::uint64_t v) {
     auto elsewhere = [&]() -> Status {
       ACCRUN_RETURN_IF_ERROR(shm_->check_peer(first, op_));
       if (shm_->ctrl(first).seq.load(std::memory_order_acquire) <= seq_ || done()) return Status::ok();
-      return guard(invalid_usage(where() + ": members called different collectives: this rank called " +
-                                 describe_sig(sig_) + ", " + shm_->describe(first) +
-                                 " called another collective instead; every member must make the same calls in "
-                                 "the same order"));
+      return out_of_order(describe_sig(sig_), shm_->describe(first) + " called another collective instead");
     };
     Status s = shm_->waiter().until(done, elsewhere, w.deadline, [&] {
       std::vector<int> missing;
@@ -277,10 +280,8 @@ Status StoreGroup::peer_elsewhere(int q, Ready ready) {
   // this round still misses it, called something else here.
   const std::uint64_t entered = shm_->ctrl(q).bcast_entered.load(std::memory_order_acquire);
   if (entered <= bcast_calls_ || ready()) return Status::ok();
-  return guard(invalid_usage(where() + ": members called different collectives: this rank called " + op_ +
-                             " after " + std::to_string(bcast_calls_) + " broadcasts on the group, " +
-                             shm_->describe(q) + " called the group's broadcast #" + std::to_string(entered) +
-                             " instead; every member must make the same calls in the same order"));
+  return out_of_order(std::string(op_) + " after " + std::to_string(bcast_calls_) + " broadcasts on the group",
+                      shm_->describe(q) + " called the group's broadcast #" + std::to_string(entered) + " instead");
 }
 
 // -------------------------------------------------------------------- factory

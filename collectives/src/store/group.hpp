@@ -114,6 +114,10 @@ class StoreGroup final : public Backend {
   // ---- signatures
   void sign(Coll c, std::size_t count, DType dt, Op op, int root);
   Status check_sig(int q, const std::uint64_t* theirs);
+  // The group broken by members whose calls differ in kind or order:
+  // "this rank called <mine>, <theirs>; every member must make the same
+  // calls in the same order".
+  Status out_of_order(const std::string& mine, const std::string& theirs);
   Status check_box_sig(int q, int h) { return check_sig(q, shm_->box(q, h).sig); }
   Status check_all_sigs(int h);
   // with_calls: also how many broadcasts the member made before the call.
