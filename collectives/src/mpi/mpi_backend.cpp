@@ -216,6 +216,7 @@ class MpiBackend final : public Backend {
         oversubscribed_(ctx.oversubscribed),
         timeout_ms_(ctx.timeout_ms),
         peers_(ctx.peers),
+        rendezvous_(ctx.rendezvous),
         comm_(comm),
         half_(half_types()) {}
 
@@ -250,6 +251,7 @@ class MpiBackend final : public Backend {
     const int n = static_cast<int>(count);
     MPI_Datatype t = to_mpi_type(dt, half_);
     MPI_Op o = to_mpi_op(op, dt, half_);
+    arrive(false);
     if (blocking()) return rc_status("MPI_Allreduce", MPI_Allreduce(sb, recv, n, t, o, comm_));
     MPI_Request r;
     return post("MPI_Iallreduce", MPI_Iallreduce(sb, recv, n, t, o, comm_, &r), &r);
@@ -263,6 +265,7 @@ class MpiBackend final : public Backend {
     const int n = static_cast<int>(count);
     MPI_Datatype t = to_mpi_type(dt, half_);
     MPI_Op o = to_mpi_op(op, dt, half_);
+    arrive(true);
     if (blocking()) return rc_status("MPI_Reduce", MPI_Reduce(sb, recv, n, t, o, root, comm_));
     MPI_Request r;
     return post("MPI_Ireduce", MPI_Ireduce(sb, recv, n, t, o, root, comm_, &r), &r);
@@ -273,6 +276,7 @@ class MpiBackend final : public Backend {
     ACCRUN_RETURN_IF_ERROR(check_rank("broadcast", "root", root));
     const int n = static_cast<int>(count);
     MPI_Datatype t = to_mpi_type(dt, half_);
+    arrive(true);
     if (blocking()) return rc_status("MPI_Bcast", MPI_Bcast(buf, n, t, root, comm_));
     MPI_Request r;
     return post("MPI_Ibcast", MPI_Ibcast(buf, n, t, root, comm_, &r), &r);
@@ -295,6 +299,7 @@ class MpiBackend final : public Backend {
                               "(in place means send == recv, this rank's part already at recv + rank * "
                               "count_per_rank elements)");
     }
+    arrive(false);
     if (blocking()) return rc_status("MPI_Allgather", MPI_Allgather(sb, n, t, recv, n, t, comm_));
     MPI_Request r;
     return post("MPI_Iallgather", MPI_Iallgather(sb, n, t, recv, n, t, comm_, &r), &r);
@@ -307,6 +312,7 @@ class MpiBackend final : public Backend {
     const int n = static_cast<int>(recv_count);
     MPI_Datatype t = to_mpi_type(dt, half_);
     MPI_Op o = to_mpi_op(op, dt, half_);
+    arrive(false);
     if (!overlaps(send, recv_count * esz * size_, recv, recv_count * esz)) {
       if (blocking()) {
         return rc_status("MPI_Reduce_scatter_block", MPI_Reduce_scatter_block(send, recv, n, t, o, comm_));
@@ -342,6 +348,7 @@ class MpiBackend final : public Backend {
 
   Status barrier() override {
     ACCRUN_RETURN_IF_ERROR(check("barrier", 0, nullptr));
+    arrive(false);
     if (blocking()) return rc_status("MPI_Barrier", MPI_Barrier(comm_));
     MPI_Request r;
     return post("MPI_Ibarrier", MPI_Ibarrier(comm_, &r), &r);
@@ -443,6 +450,7 @@ class MpiBackend final : public Backend {
 
   static constexpr int kReapOnly = -2;
   static constexpr int kDestroyWaitMs = 60'000;  // at destroy, without a timeout
+  static constexpr int kAbsentGraceMs = 2'000;   // absent_members()
 
   // Reaps completed buffered sends.  With peer == kReapOnly, that is all.
   // With peer >= 0, first waits until
@@ -508,6 +516,50 @@ class MpiBackend final : public Backend {
   }
 
   bool blocking() const { return depth_ == 0 && timeout_ms_ < 0; }
+
+  // A collective is posted: this member's next in the group's sequence.
+  // (A broadcast or reduce lets some members return before the others
+  // arrive.)
+  void arrive(bool some_return_first) {
+    ++colls_;
+    last_may_leave_ = some_return_first || (coll_open_ && last_may_leave_);
+    coll_open_ = true;
+  }
+
+  // Which members a timed-out collective waited for.  MPI does not say, so
+  // each member whose collective times out says so in the group's directory
+  // under the collective's number in the group's sequence, and reads the
+  // others' word for a grace period (kAbsentGraceMs, or the timeout when
+  // shorter): a member that never says so had not arrived, or, in a
+  // broadcast or reduce that some members leave first, had gone on.  Calls
+  // that complete cost nothing.
+  std::string absent_members() {
+    const std::string all = "the group's members";
+    if (rendezvous_ == nullptr || size_ < 2) return all;
+    const std::string key = "mpi.timedout." + std::to_string(colls_) + ".";
+    if (!rendezvous_->publish(key + std::to_string(rank_), "1").is_ok()) return all;
+    using Clock = std::chrono::steady_clock;
+    const int grace = std::min(timeout_ms_, kAbsentGraceMs);
+    const auto deadline = Clock::now() + std::chrono::milliseconds(grace);
+    std::string absent;
+    int n = 0;
+    for (int g = 0; g < size_; ++g) {
+      if (g == rank_) continue;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      Result<std::string> r = rendezvous_->lookup(key + std::to_string(g), static_cast<int>(std::max<long long>(left, 0)));
+      if (r.is_ok()) continue;
+      if (r.status().code() != Code::kTimeout && r.status().code() != Code::kNotFound) return all;
+      absent += (absent.empty() ? "" : ", ") + describe(g);
+      ++n;
+    }
+    const std::string nth = "group's collective call " + std::to_string(colls_);
+    if (n == 0)
+      return all + ": every member was waiting in the " + nth +
+             ", so they called different collectives or passed different counts or roots";
+    return absent + (n == 1 ? ", which" : ", which members") + " had not arrived at the " + nth +
+           " when this member timed out, nor within " + std::to_string(grace) + " ms after" +
+           (last_may_leave_ ? " (in a broadcast or reduce, members may also have returned first)" : "");
+  }
 
   static bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
     auto pa = reinterpret_cast<std::uintptr_t>(a);
@@ -611,7 +663,10 @@ class MpiBackend final : public Backend {
         broken_ = rc_status(call, rc);
         return broken_;
       }
-      if (done != 0) return Status::ok();
+      if (done != 0) {
+        if (peer < 0) coll_open_ = false;
+        return Status::ok();
+      }
       if (oversubscribed_) sched_yield();
       if ((++spins & 1023) != 0) continue;  // look at the clock and peers now and then only
       if (auto f = failed_peer(peer)) {
@@ -623,7 +678,8 @@ class MpiBackend final : public Backend {
           Clock::now() - start >= std::chrono::milliseconds(timeout_ms_)) {
         std::string msg = "group '" + name_ + "': " + call + " did not complete within " +
                           std::to_string(timeout_ms_) + " ms (waiting for " +
-                          (peer >= 0 ? describe(peer) : std::string("the group's members")) + ")";
+                          (peer >= 0 ? describe(peer) : coll_open_ ? absent_members() : std::string("the group's members")) +
+                          ")";
         if (cancel_on_timeout && n == 1 && cancel(reqs[0])) return timeout_error(msg);
         broken_ = timeout_error(msg + "; the group's MPI communicator is unusable now: destroy the group");
         return broken_;
@@ -654,9 +710,13 @@ class MpiBackend final : public Backend {
   int timeout_ms_;
   std::vector<MPI_Status> statuses_;      // wait_all's, for several requests
   const PeerMonitor* peers_;
+  Rendezvous* rendezvous_;              // not owned; outlives the backend
   MPI_Comm comm_;
   const HalfTypes& half_;
   int depth_ = 0;                       // group_start nesting
+  std::uint64_t colls_ = 0;             // collectives posted (each member's count agrees)
+  bool coll_open_ = false;              // a posted collective has not completed
+  bool last_may_leave_ = false;         // the latest collective is a broadcast or reduce
   std::vector<Outgoing> outgoing_;      // buffered sends in flight
   std::vector<std::size_t> inflight_ = std::vector<std::size_t>(static_cast<std::size_t>(size_), 0);  // bytes per peer
   std::vector<MPI_Request> pending_;    // posted inside the bracket

@@ -238,6 +238,36 @@ void order_mismatch(Job& job) {
             "mismatched creation order is a timeout naming the missing rank and the rule: " + g.status.message());
 }
 
+// The last rank stays out of an allreduce: each other member's call times
+// out naming it as the member that had not arrived, and no member that was
+// there.  (The last rank then joins, so MPI completes the operation.)
+void absent_member(Job& job) {
+  if (job.size < 2) return;
+  Group g = make_group(job, "absent", 1, iota_ranks(job.size));
+  job.check(g.backend != nullptr, "create group 'absent': " + g.status.message());
+  if (!g.backend) return;
+  const int last = job.size - 1;
+  std::int64_t v = 1;
+  if (job.rank != last) {
+    g.backend->set_timeout(1000);
+    accrun::Status st = g.backend->allreduce(&v, &v, 1, ac::DType::kInt64, ac::Op::kSum, nullptr);
+    const std::string& m = st.message();
+    bool names_present = false;
+    for (int r = 0; r < last; ++r)
+      if (r != job.rank && m.find("group rank " + std::to_string(r) + " ") != std::string::npos) names_present = true;
+    job.check(st.code() == Code::kTimeout && m.find("group rank " + std::to_string(last) + " ") != std::string::npos &&
+                  m.find("had not arrived") != std::string::npos && !names_present,
+              "an allreduce the last rank stays out of times out naming it alone: " + m);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (job.rank == last) {
+    g.backend->set_timeout(60000);  // non-blocking, as the others' (MPI does not match the two kinds)
+    accrun::Status st = g.backend->allreduce(&v, &v, 1, ac::DType::kInt64, ac::Op::kSum, nullptr);
+    job.check(st.is_ok() && v == job.size, "the late rank's allreduce completes: " + st.message());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // Two threads create and use a group each at the same time (needs
 // MPI_THREAD_MULTIPLE; the tags derived from name and epoch keep the two
 // creations apart).
@@ -346,6 +376,7 @@ int main(int argc, char** argv) {
     send_first(job);
     short_receive(job);
     order_mismatch(job);
+    absent_member(job);
     if (provided == MPI_THREAD_MULTIPLE) threads_multiple(job);
   }
 
