@@ -18,6 +18,7 @@
 #include "accrun/object_wire.hpp"
 #include "agent/object_server.hpp"
 #include "directory.hpp"
+#include "idle_connections.hpp"
 #include "object_store.hpp"
 #include "shm_temp_dir.hpp"
 
@@ -177,6 +178,32 @@ TEST(ObjectServer, ServesObjectFilesOnlyAndOnlyByTheirFullName) {
   std::size_t len = 0;
   EXPECT_TRUE(t.on_h1->get("k", &v, sizeof v, &len, 0).is_ok());
   EXPECT_EQ(v, 7);
+}
+
+// Anyone who reaches the port may connect: connections that send nothing,
+// more than the server reads at once and more than the kernel's backlog,
+// neither hold up a rank's get nor stay open past the request's wait.
+TEST(ObjectServer, IdleConnectionsNeitherHoldUpAGetNorStayOpen) {
+  TwoHosts t;
+  ASSERT_TRUE(t.server && t.on_h0 && t.on_h1);
+  int v = 7;
+  ASSERT_TRUE(t.on_h0->put("k", &v, sizeof v).is_ok());
+  const std::string& addr = t.server->addresses();
+  const auto port = static_cast<std::uint16_t>(std::atoi(addr.c_str() + addr.rfind(':') + 1));
+  const std::vector<int> idle = testing::open_idle(port, static_cast<int>(ObjectServer::kMaxReading) + 200);
+  ASSERT_EQ(idle.size(), ObjectServer::kMaxReading + 200);
+  const auto t0 = std::chrono::steady_clock::now();
+  v = 0;
+  std::size_t len = 0;
+  Status st = t.on_h1->get("k", &v, sizeof v, &len, 0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(v, 7);
+  EXPECT_LT(took, 1.0) << "a get behind " << idle.size() << " idle connections";
+  // Past the request's wait the server has closed every idle connection.
+  std::this_thread::sleep_for(std::chrono::milliseconds(ObjectServer::kRequestWaitMs + 700));
+  const std::size_t closed = testing::closed_by_peer(idle);
+  EXPECT_EQ(closed, idle.size());
 }
 
 TEST(ObjectServer, AnAgentThatIsGoneIsARemoteErrorNamingItsHost) {

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <deque>
 
 #include "accrun/log.hpp"
 #include "accrun/object_wire.hpp"
@@ -25,7 +26,6 @@ namespace accrun::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kRequestWait = std::chrono::seconds(10);  // for the request's bytes
 constexpr auto kStall = std::chrono::seconds(30);        // a reader that takes nothing
 constexpr std::size_t kChunk = 4 << 20;
 constexpr std::size_t kAccountingSize = 4096;  // runtime/src/object_store.cpp
@@ -41,23 +41,6 @@ bool wait_for(int fd, short events, Clock::time_point deadline) {
     if (rc < 0 && errno != EINTR) return false;
     if (rc > 0) return (p.revents & (events | POLLHUP | POLLERR)) != 0;
   }
-}
-
-bool read_exact(int fd, unsigned char* p, std::size_t n, Clock::time_point deadline) {
-  while (n > 0) {
-    ssize_t r = ::recv(fd, p, n, 0);
-    if (r > 0) {
-      p += r;
-      n -= static_cast<std::size_t>(r);
-    } else if (r == 0) {
-      return false;
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!wait_for(fd, POLLIN, deadline)) return false;
-    } else if (errno != EINTR) {
-      return false;
-    }
-  }
-  return true;
 }
 
 bool write_exact(int fd, const unsigned char* p, std::size_t n) {
@@ -159,7 +142,7 @@ ObjectServer::~ObjectServer() {
   if (dir_fd_ >= 0) ::close(dir_fd_);
 }
 
-void ObjectServer::reap(bool all) {
+std::size_t ObjectServer::reap(bool all) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = requests_.begin(); it != requests_.end();) {
     if (all || it->done) {
@@ -170,56 +153,149 @@ void ObjectServer::reap(bool all) {
       ++it;
     }
   }
+  return requests_.size();
+}
+
+struct ObjectServer::Reading {
+  int fd = -1;
+  Clock::time_point since;
+  std::size_t got = 0;
+  unsigned char buf[objects::kRequestHeader + objects::kMaxName] = {};
+
+  // Reads what has arrived: 1 once the request is whole, 0 while more is to
+  // come, -1 for a connection that closed or sent something else.
+  int advance() {
+    for (;;) {
+      const std::size_t want = got < objects::kRequestHeader ? objects::kRequestHeader
+                                                              : objects::kRequestHeader + objects::get_u16(buf + 6);
+      if (got >= objects::kRequestHeader &&
+          (std::memcmp(buf, objects::kMagic.data(), objects::kMagic.size()) != 0 ||
+           objects::get_u16(buf + 6) > objects::kMaxName))
+        return -1;
+      if (got >= objects::kRequestHeader && got == want) return 1;
+      const ssize_t n = ::recv(fd, buf + got, want - got, MSG_DONTWAIT);
+      if (n > 0) {
+        got += static_cast<std::size_t>(n);
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return 0;
+      } else if (!(n < 0 && errno == EINTR)) {
+        return -1;
+      }
+    }
+  }
+};
+
+void ObjectServer::refused(int fd, const char* why) {
+  const std::string line = refusals_.next("a connection from " + peer_of(fd) + " " + why + ": closed");
+  if (!line.empty()) log(LogLevel::kWarn, "object server: %s", line.c_str());
 }
 
 void ObjectServer::accept_loop() {
   std::vector<pollfd> fds;
-  for (;;) {
-    reap(false);
-    std::size_t busy;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      busy = requests_.size();
+  std::vector<Reading> reading;       // oldest first
+  struct Queued {
+    int fd;
+    std::uint8_t op;
+    std::string name;
+  };
+  std::deque<Queued> ready;  // whole requests waiting for a thread, in order
+  const auto wait = std::chrono::milliseconds(kRequestWaitMs);
+  const char* const kInvalid = "sent no valid request";
+  auto drop = [&](std::size_t i, const char* why) {
+    refused(reading[i].fd, why);
+    if (why == kInvalid) {
+      unsigned char h[objects::kReplyHeader] = {static_cast<unsigned char>(objects::Reply::kBadRequest)};
+      (void)!::send(reading[i].fd, h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT);  // never waits here
     }
-    fds.assign(1, pollfd{wake_[0], POLLIN, 0});
-    // At the limit, connections wait in the backlog until a request ends.
-    if (busy < kMaxRequests)
-      for (int l : listeners_) fds.push_back({l, POLLIN, 0});
-    int rc = ::poll(fds.data(), fds.size(), busy < kMaxRequests ? 1000 : 10);
-    if (rc < 0 && errno != EINTR) return;
-    if (fds[0].revents != 0 || stopping_) return;
-    for (std::size_t i = 1; i < fds.size(); ++i) {
-      if ((fds[i].revents & POLLIN) == 0) continue;
-      auto fd = wire::accept_tcp(fds[i].fd);
-      if (!fd || *fd < 0) continue;
-      // Refused (not on this host): the host's own; the ranks' groups say so.
-      (void)set_tcp_congestion(*fd, congestion_);
+    ::close(reading[i].fd);
+    reading.erase(reading.begin() + static_cast<long>(i));
+  };
+  // A connection's request is whole: check its name and queue it.
+  auto take = [&](std::size_t i) {
+    Reading& r = reading[i];
+    const std::size_t len = objects::get_u16(r.buf + 6);
+    const std::string_view name(reinterpret_cast<const char*>(r.buf + objects::kRequestHeader), len);
+    const auto op = static_cast<objects::Op>(r.buf[4]);
+    if (!objects::is_object_file(name) || (op != objects::Op::kGet && op != objects::Op::kDelete)) {
+      drop(i, kInvalid);
+      return;
+    }
+    ready.push_back(Queued{r.fd, r.buf[4], std::string(name)});
+    reading.erase(reading.begin() + static_cast<long>(i));
+  };
+  for (;;) {
+    // Requests whose turn has come get a thread.
+    std::size_t busy = reap(false);
+    for (; busy < kMaxRequests && !ready.empty(); ++busy) {
       std::lock_guard<std::mutex> lock(mu_);
       Request& r = requests_.emplace_back();
-      r.fd = *fd;
+      r.fd = ready.front().fd;
+      r.op = ready.front().op;
+      r.name = std::move(ready.front().name);
+      ready.pop_front();
       r.thread = std::thread([this, p = &r] { serve(p); });
+    }
+    // Connections that took too long for their request go.
+    const auto now = Clock::now();
+    while (!reading.empty() && now - reading.front().since >= wait) drop(0, "sent no whole request in time");
+    fds.assign(1, pollfd{wake_[0], POLLIN, 0});
+    for (int l : listeners_) fds.push_back({l, POLLIN, 0});
+    const std::size_t first_reading = fds.size();
+    for (const Reading& r : reading) fds.push_back({r.fd, POLLIN, 0});
+    int timeout = 1000;
+    if (!reading.empty())
+      timeout = static_cast<int>(std::clamp<long long>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(reading.front().since + wait - now).count() + 1, 1,
+          1000));
+    if (!ready.empty()) timeout = std::min(timeout, 10);  // a transfer ending frees a thread
+    int rc = ::poll(fds.data(), fds.size(), timeout);
+    if (rc < 0 && errno != EINTR) return;
+    if (fds[0].revents != 0 || stopping_) {
+      for (const Reading& r : reading) ::close(r.fd);
+      for (const Queued& q : ready) ::close(q.fd);
+      return;
+    }
+    if (rc <= 0) continue;
+    // The requests arriving first, from the newest connection back, so a
+    // connection that has sent its request is never the one let go below.
+    for (std::size_t i = fds.size(); i-- > first_reading;) {
+      if (fds[i].revents == 0) continue;
+      const std::size_t k = i - first_reading;
+      const int got = reading[k].advance();
+      if (got > 0) take(k);
+      else if (got < 0) drop(k, kInvalid);
+    }
+    for (std::size_t i = 1; i < first_reading; ++i) {
+      if ((fds[i].revents & POLLIN) == 0) continue;
+      for (int n = 0; n < wire::kAcceptsPerRound; ++n) {
+        auto fd = wire::accept_tcp(fds[i].fd);
+        if (!fd || *fd < 0) break;
+        // Refused (not on this host): the host's own; the ranks' groups say so.
+        (void)set_tcp_congestion(*fd, congestion_);
+        reading.push_back(Reading{*fd, Clock::now()});
+        const int got = reading.back().advance();  // a rank's request is usually here already
+        if (got > 0) take(reading.size() - 1);
+        else if (got < 0) drop(reading.size() - 1, kInvalid);
+        if (reading.size() > kMaxReading) {
+          // The oldest that has sent nothing goes (a rank sends its request
+          // with its connect), or else the oldest.
+          std::size_t gone = 0;
+          for (std::size_t k = 0; k < reading.size(); ++k)
+            if (reading[k].got == 0 && wire::silent(reading[k].fd)) {
+              gone = k;
+              break;
+            }
+          drop(gone, "sent no whole request while many others waited");
+        }
+      }
     }
   }
 }
 
 void ObjectServer::serve(Request* req) {
   const int fd = req->fd;
-  unsigned char h[objects::kRequestHeader];
-  char name[objects::kMaxName + 1] = {};
-  auto deadline = Clock::now() + kRequestWait;
-  bool ok = read_exact(fd, h, sizeof h, deadline) &&
-            std::memcmp(h, objects::kMagic.data(), objects::kMagic.size()) == 0;
-  std::size_t name_len = ok ? objects::get_u16(h + 6) : 0;
-  ok = ok && name_len <= objects::kMaxName &&
-       read_exact(fd, reinterpret_cast<unsigned char*>(name), name_len, deadline) &&
-       objects::is_object_file(std::string_view(name, name_len));
-  auto op = static_cast<objects::Op>(h[4]);
-  if (!ok || (op != objects::Op::kGet && op != objects::Op::kDelete)) {
-    log(LogLevel::kWarn, "object server: a connection from %s sent no valid request: closed", peer_of(fd).c_str());
-    reply(fd, objects::Reply::kBadRequest, 0);
-    req->done = true;
-    return;
-  }
+  const char* name = req->name.c_str();
+  const auto op = static_cast<objects::Op>(req->op);
   int file = ::openat(dir_fd_, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   struct stat st {};
   if (file < 0 || ::fstat(file, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -9,6 +9,14 @@
 // kMaxRequests), so a 256 MiB transfer never holds up the agent's event loop.
 // Only files named like objects, directly in the job's directory, are served;
 // their 128-bit random names are the capability.
+//
+// Anyone who reaches the port may connect, so connections cost the server
+// little until they have sent a whole request: the acceptor reads every
+// request itself, without a thread, and closes a connection that has not
+// sent one within kRequestWait, or the oldest such connection when more
+// than kMaxReading wait; a valid request waits for a free thread in order.
+// A flood of idle connections therefore never keeps a rank's get waiting in
+// the kernel's backlog (accrun(7) SECURITY).
 #pragma once
 
 #include <atomic>
@@ -20,12 +28,15 @@
 #include <vector>
 
 #include "accrun/status.hpp"
+#include "wire/strangers.hpp"
 
 namespace accrun::launcher {
 
 class ObjectServer {
  public:
-  static constexpr int kMaxRequests = 64;
+  static constexpr int kMaxRequests = 64;          // transfers at once
+  static constexpr std::size_t kMaxReading = 512;  // connections yet to send a whole request
+  static constexpr int kRequestWaitMs = 2000;      // for a connection's request
 
   // Listens on each of `addresses` (numeric IPv4/IPv6, port chosen by the
   // kernel) and serves the object files in `dir`.  Addresses that cannot be
@@ -46,12 +57,17 @@ class ObjectServer {
   struct Request {
     std::thread thread;
     int fd = -1;
+    std::uint8_t op = 0;
+    std::string name;
     std::atomic<bool> done{false};
   };
+  // A connection whose request is still arriving (the acceptor's own).
+  struct Reading;
   explicit ObjectServer(std::string dir) : dir_(std::move(dir)) {}
   void accept_loop();
   void serve(Request* req);
-  void reap(bool all);
+  std::size_t reap(bool all);  // returns the requests still in flight
+  void refused(int fd, const char* why);
 
   std::string dir_;
   std::string congestion_;  // of every accepted connection
@@ -63,6 +79,7 @@ class ObjectServer {
   std::thread acceptor_;
   std::mutex mu_;             // requests_
   std::list<Request> requests_;
+  wire::RefusalLog refusals_;  // acceptor thread only
 };
 
 }  // namespace accrun::launcher
