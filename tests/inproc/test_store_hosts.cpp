@@ -25,6 +25,7 @@
 #include "store/host_links.hpp"
 #include "store/store_backend.hpp"
 #include "store/tcp_transport.hpp"
+#include "../unit/idle_connections.hpp"
 #include "store_harness.hpp"
 
 namespace accrun::collectives::testing {
@@ -649,6 +650,57 @@ TEST(StoreHostsTcp, AReceivePostedWhileAMessageIsHalfReadReadsNoFurther) {
   });
 }
 
+// The port a member's TCP transport listens on (its published address), or
+// 0 when it has published none.
+int listener_port(MemRendezvous& rv, int rank) {
+  Result<std::string> addr = rv.lookup("tcp.addr." + std::to_string(rank), 5000);
+  int port = 0;
+  if (addr.is_ok()) std::istringstream(*addr) >> port;
+  return port;
+}
+
+// Connections that never send a hello, more than the listener keeps
+// waiting: the group works on, and past the hello's wait (3 s) every one
+// of them is closed instead of holding a descriptor for good.
+TEST(StoreHostsTcp, IdleConnectionsAreClosedAndTheGroupGoesOn) {
+  World w;
+  MemRendezvous rv;
+  GroupSpec g = on_hosts(spec("idlers", 2), "ab");
+  std::vector<std::thread> ranks;
+  std::vector<int> idle;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      auto b = make_store_backend(w.context(g, r, &rv));
+      ASSERT_TRUE(b.is_ok()) << b.status().message();
+      const int port = listener_port(rv, 1);
+      ASSERT_GT(port, 0);
+      if (r == 0) {
+        // In batches the listener's backlog (128) takes while rank 1 waits.
+        for (int batch = 0; batch < 8; ++batch) {
+          for (int fd : accrun::testing::open_idle(static_cast<std::uint16_t>(port), 50)) idle.push_back(fd);
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        ASSERT_EQ(idle.size(), 400u);
+      }
+      for (int i = 0; i < 200; ++i) {  // 4 s and more
+        double v = i, sum = 0;
+        Status st = (*b)->allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr);
+        ASSERT_TRUE(st.is_ok()) << "rank " << r << ", call " << i << ": " << st.message();
+        ASSERT_EQ(sum, 2.0 * i);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      // While rank 1's group lives (it waits in this allreduce).
+      if (r == 0) {
+        const std::size_t closed = accrun::testing::closed_by_peer(idle);
+        EXPECT_EQ(closed, idle.size());
+      }
+      double v = 1, sum = 0;
+      ASSERT_TRUE((*b)->allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr).is_ok());
+    });
+  }
+  for (auto& t : ranks) t.join();
+}
+
 TEST(StoreHostsTcp, AConnectionWithoutTheTokenIsRefusedAndTheGroupGoesOn) {
   World w;
   MemRendezvous rv;
@@ -660,12 +712,9 @@ TEST(StoreHostsTcp, AConnectionWithoutTheTokenIsRefusedAndTheGroupGoesOn) {
       auto b = make_store_backend(w.context(g, r, &rv));
       ASSERT_TRUE(b.is_ok()) << b.status().message();
       // Rank 1's listener is attacked before the first call.
-      Result<std::string> addr = rv.lookup("tcp.addr.1", 5000);
-      ASSERT_TRUE(addr.is_ok());
+      const int port = listener_port(rv, 1);
+      ASSERT_GT(port, 0);
       if (r == 0) {
-        std::istringstream in(*addr);
-        int port = 0;
-        in >> port;
         const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
         sockaddr_in a{};
         a.sin_family = AF_INET;

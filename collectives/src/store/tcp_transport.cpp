@@ -632,6 +632,7 @@ void TcpTransport::progress(int timeout_ms) {
   std::vector<int>& who = poll_who_;
   fds.clear();
   who.clear();
+  expire_pending();
   fds.push_back({listen_fd_, POLLIN, 0});
   who.push_back(-1);
   for (std::size_t i = 0; i < pending_.size(); ++i) {
@@ -687,9 +688,30 @@ void TcpTransport::accept_all() {
   for (int fd; (fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;) {
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    Pending p{fd, {}, 0};
+    Pending p{fd, {}, 0, Clock::now()};
     if (!take_hello(p)) pending_.push_back(p);  // its hello is usually here already
   }
+}
+
+void TcpTransport::expire_pending() {
+  if (pending_.empty()) return;
+  const auto old = Clock::now() - std::chrono::milliseconds(kHelloWaitMs);
+  std::size_t n = 0;
+  while (n < pending_.size() && (pending_[n].since <= old || pending_.size() - n > kMaxPending)) {
+    refused(pending_[n].since <= old ? "sent no whole hello in time" : "sent no whole hello while many others waited");
+    ::close(pending_[n].fd);
+    ++n;
+  }
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(n));
+}
+
+void TcpTransport::refused(const char* why) {
+  if (refusals_ < kReportedRefusals)
+    log(LogLevel::kWarn, "group '%s': TCP transport: refused a connection that %s", name_.c_str(), why);
+  else if (refusals_ == kReportedRefusals)
+    log(LogLevel::kWarn, "group '%s': TCP transport: %d connections refused; further refusals are not reported",
+        name_.c_str(), kReportedRefusals);
+  ++refusals_;
 }
 
 bool TcpTransport::take_hello(Pending& p) {
@@ -710,8 +732,7 @@ bool TcpTransport::take_hello(Pending& p) {
     l->in_fd = p.fd;
     l->in_ours = false;
   } else {
-    log(LogLevel::kWarn, "group '%s': TCP transport: refused a connection that did not prove it belongs to the group",
-        name_.c_str());
+    refused("did not prove it belongs to the group");
     ::close(p.fd);
   }
   return true;

@@ -4,7 +4,10 @@
 // interface and publishes "tcp.addr.<group rank>" = "<port> <ip>,<ip>...
 // <token>" through the group's Rendezvous.  The token is 16 random bytes;
 // a connection must present the listener's token (which only readers of
-// the job's directory know) or it is closed and logged.
+// the job's directory know) or it is closed and logged.  Anyone who reaches
+// the port may connect, so a connection that has not sent its whole hello
+// within kHelloWaitMs is closed, and so is the oldest such connection when
+// more than kMaxPending wait (a member sends its hello with its connect).
 //
 // Links are made lazily, one connection per direction: a member's first
 // message to a peer connects to the peer's listener, and the peer accepts
@@ -160,7 +163,11 @@ class TcpTransport final : public Transport, public HostLinks {
     int fd;
     unsigned char hello[24];
     std::size_t got;
+    Clock::time_point since;
   };
+  static constexpr int kHelloWaitMs = 3000;
+  static constexpr std::size_t kMaxPending = 256;
+  static constexpr int kReportedRefusals = 10;
   class TaggedChannel;
 
   TcpTransport(const GroupContext& ctx, std::vector<bool> needs, std::size_t pair_buffer_max);
@@ -177,6 +184,11 @@ class TcpTransport final : public Transport, public HostLinks {
   bool take_hello(Pending& p);
   // Accepts what the listener holds, taking each hello that is there.
   void accept_all();
+  // Closes the pending connections past kHelloWaitMs, or past kMaxPending
+  // (at the start of progress(), whose poll indexes pending_).
+  void expire_pending();
+  // Logs a refused connection: the first kReportedRefusals, then one line.
+  void refused(const char* why);
   // The connection we made to `peer` was closed by it: true if the peer's
   // own connection to us is waiting (it connected while we did and sent
   // its messages there), which then carries its messages.
@@ -213,7 +225,8 @@ class TcpTransport final : public Transport, public HostLinks {
   int listen_fd_ = -1;
   unsigned char token_[16];
   std::vector<Link> links_;
-  std::vector<Pending> pending_;
+  std::vector<Pending> pending_;  // oldest first
+  int refusals_ = 0;
   std::vector<std::unique_ptr<TaggedChannel>> channels_;
   unsigned spin_turn_ = 0;  // wait_for's spins, across calls (the caller's thread)
   std::vector<pollfd> poll_fds_;  // progress()'s, kept between calls
