@@ -18,6 +18,7 @@
 
 #include "agent/tree_links.hpp"
 #include "controller/protocol.hpp"
+#include "idle_connections.hpp"
 #include "wire/codec.hpp"
 #include "wire/connection.hpp"
 
@@ -172,6 +173,41 @@ TEST(TreeLinks, StrangersAreRefusedAndTheChildrenStillFence) {
   parent.contribute("pmi:*", "p");
   pump(parent, 100ms);
   EXPECT_EQ(up.size(), 2u);
+}
+
+// Silent connections (anyone who reaches the port may open them) arrive
+// right behind a child, more than the parent keeps waiting: the silent ones
+// go, the child joins, and only the first refusals are reported.
+TEST(TreeLinks, AFloodOfSilentConnectionsNeitherPushesOutAChildNorFloodsTheLog) {
+  wire::Secret secret = secret_of('s');
+  Pipe err;
+  TreeLinks parent(secret, 0, "p", err.fd[1]), child(secret, 1, "c");
+  auto address = parent.listen("127.0.0.1", {1});
+  ASSERT_TRUE(address);
+  const auto port = static_cast<uint16_t>(std::stoi(address->substr(address->rfind(':') + 1)));
+  std::vector<int> idle = testing::open_idle(port, 63);
+  pump(parent, 100ms);
+  Status joined = invalid_usage("not run");
+  std::thread t([&] { joined = child.join(*address, 5000ms); });
+  std::this_thread::sleep_for(50ms);  // the child's connection is in the backlog
+  for (int fd : testing::open_idle(port, 120)) idle.push_back(fd);
+  pump(parent, 500ms);
+  t.join();
+  pump(parent, 50ms);
+  EXPECT_TRUE(joined) << joined.message();
+  std::vector<std::string> up;
+  parent.carry_fences({1}, [&](std::string p) { up.push_back(std::move(p)); }, [](std::string_view) {});
+  child.carry_fences({}, [](std::string) {}, [](std::string_view) {});
+  child.contribute("pmi:*", "c");
+  parent.contribute("pmi:*", "p");
+  pump(parent, 100ms);
+  EXPECT_EQ(up.size(), 1u) << "the child fences";
+  const std::string said = err.read_all();
+  std::size_t lines = 0;
+  for (char c : said) lines += c == '\n';
+  EXPECT_LE(lines, 11u) << said;
+  EXPECT_NE(said.find("further refusals are not reported"), std::string::npos) << said;
+  testing::closed_by_peer(idle);
 }
 
 }  // namespace

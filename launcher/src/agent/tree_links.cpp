@@ -14,6 +14,7 @@
 #include "peer_guard.hpp"
 #include "wire/codec.hpp"
 #include "wire/frame.hpp"
+#include "wire/strangers.hpp"
 
 namespace accrun::launcher {
 
@@ -22,7 +23,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kJoinTimeout = std::chrono::seconds(10);
 // Connections still proving the secret or saying who they are; past this
-// the oldest is dropped (a flood of strangers costs nothing else).
+// the oldest that has sent nothing goes (wire/strangers.hpp), so a flood of
+// strangers costs nothing else and never pushes out a child mid-handshake.
 constexpr size_t kMaxStrangers = 64;
 // A round's answer holds every host's PMIx data: a child that reads slowly
 // may hold several.
@@ -36,6 +38,7 @@ struct TreeLinks::Link {
   int id = -1;                               // the child agent, once it joined (-1: not yet, or the parent)
   bool is_parent = false;
   bool writing = false;  // watched for EPOLLOUT
+  bool heard = false;    // a stranger that has sent something
   std::string peer;
   Clock::time_point deadline;
 };
@@ -124,8 +127,10 @@ void TreeLinks::drop(Link& link, const std::string& why) {
     log(LogLevel::kDebug, "the link to the agent that started this one closed: %s", why.c_str());
   } else if (link.id >= 0) {
     log(LogLevel::kDebug, "the link from agent %d closed: %s", link.id, why.c_str());
-  } else {
-    say("refused a connection from " + link.peer + ": " + why + "; the job goes on");
+  } else if (std::string line = refusals_.next("refused a connection from " + link.peer + ": " + why +
+                                                  "; the job goes on");
+             !line.empty()) {
+    say(line);
   }
   epoll_ctl(epfd_, EPOLL_CTL_DEL, link.conn.fd(), nullptr);
   link.conn.close();
@@ -140,7 +145,7 @@ void TreeLinks::stop_listening() {
 }
 
 void TreeLinks::accept_children() {
-  for (;;) {
+  for (int taken = 0; taken < wire::kAcceptsPerRound; ++taken) {
     auto fd = wire::accept_tcp(listener_);
     if (!fd) {
       // (EMFILE and the like: a listener left readable would wake the
@@ -150,14 +155,16 @@ void TreeLinks::accept_children() {
     }
     if (*fd < 0) return;
     size_t strangers = 0;
-    for (auto& l : links_) strangers += l->conn.is_open() && !l->is_parent && l->id < 0;
-    if (strangers >= kMaxStrangers) {
-      for (auto& l : links_)
-        if (l->conn.is_open() && !l->is_parent && l->id < 0) {
-          drop(*l, "too many connections waiting to prove the job's secret");
-          break;
-        }
+    Link* oldest = nullptr;
+    Link* oldest_silent = nullptr;
+    for (auto& l : links_) {
+      if (!l->conn.is_open() || l->is_parent || l->id >= 0) continue;
+      ++strangers;
+      if (oldest == nullptr) oldest = l.get();
+      if (oldest_silent == nullptr && !l->heard && wire::silent(l->conn.fd())) oldest_silent = l.get();
     }
+    if (strangers >= kMaxStrangers)
+      drop(oldest_silent != nullptr ? *oldest_silent : *oldest, "too many connections waiting to prove the job's secret");
     auto link = std::make_unique<Link>();
     link->peer = peer_owner(*fd).peer;
     link->conn = wire::Connection(*fd, kMaxPending);
@@ -198,6 +205,7 @@ void TreeLinks::serve(Link& link, uint32_t events) {
     ssize_t got = recv(link.conn.fd(), buf, std::min(sizeof buf, link.handshake->wanted()), MSG_DONTWAIT);
     if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (got <= 0) return drop(link, "it closed the connection during the handshake");
+    link.heard = true;
     auto step = link.handshake->feed(buf, static_cast<size_t>(got));
     if (!step) return drop(link, step.status().message());
     if (!step->send.empty() && ::send(link.conn.fd(), step->send.data(), step->send.size(), MSG_NOSIGNAL) !=

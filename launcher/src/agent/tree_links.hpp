@@ -28,6 +28,7 @@
 #include "accrun/status.hpp"
 #include "wire/auth.hpp"
 #include "wire/connection.hpp"
+#include "wire/strangers.hpp"
 
 namespace accrun::launcher {
 
@@ -101,6 +102,7 @@ class TreeLinks {
   int self_;
   std::string host_;
   int err_fd_;
+  wire::RefusalLog refusals_;  // strangers refused
   int epfd_ = -1;
   int listener_ = -1;
   std::vector<int> expected_;  // the agents this one started

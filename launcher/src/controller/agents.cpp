@@ -32,6 +32,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
+constexpr std::size_t kMaxStrangers = 256;  // connections proving the secret at once
 
 std::string describe_status(int st) {
   if (WIFEXITED(st)) return "exited with status " + std::to_string(WEXITSTATUS(st));
@@ -63,6 +64,7 @@ struct AgentSet::Pending {
   std::string peer;
   wire::Handshake handshake;
   Clock::time_point deadline;
+  bool heard = false;  // it has sent something
   Pending(int f, std::string p, const wire::Secret& s)
       : fd(f), peer(std::move(p)), handshake(wire::Role::kParent, s), deadline(Clock::now() + kHandshakeTimeout) {}
 };
@@ -86,6 +88,12 @@ std::string self_executable() {
 void AgentSet::say(const std::string& line) const {
   std::string s = "accrun: " + line + "\n";
   [[maybe_unused]] ssize_t w = write(config_.err_fd, s.data(), s.size());
+}
+
+void AgentSet::refuse(const std::string& peer, const std::string& why) {
+  if (std::string line = refusals_.next("refused a connection from " + peer + ": " + why + "; the job goes on");
+      !line.empty())
+    say(line);
 }
 
 Result<std::unique_ptr<AgentSet>> AgentSet::start(const AgentsConfig& config) {
@@ -266,11 +274,28 @@ void AgentSet::close_agent(int index) {
 }
 
 void AgentSet::accept_from(int listener) {
-  for (;;) {
+  for (int taken = 0; taken < wire::kAcceptsPerRound; ++taken) {
     sockaddr_storage a{};
     socklen_t len = sizeof a;
     int fd = accept_unguarded(listener, reinterpret_cast<sockaddr*>(&a), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;
+    // Past kMaxStrangers, the oldest that has sent nothing goes (an agent
+    // answers the challenge at once; wire/strangers.hpp).
+    std::size_t strangers = 0;
+    Pending* oldest = nullptr;
+    Pending* oldest_silent = nullptr;
+    for (auto& q : pending_) {
+      if (q->fd < 0) continue;
+      ++strangers;
+      if (oldest == nullptr) oldest = q.get();
+      if (oldest_silent == nullptr && !q->heard && wire::silent(q->fd)) oldest_silent = q.get();
+    }
+    if (strangers >= kMaxStrangers) {
+      Pending* gone = oldest_silent != nullptr ? oldest_silent : oldest;
+      refuse(gone->peer, "too many connections waiting to prove the job's secret");
+      close(gone->fd);
+      gone->fd = -1;
+    }
     auto p = std::make_unique<Pending>(fd, peer_owner(fd).peer, *secret_);
     std::string hello = p->handshake.start();
     if (!write_all(fd, hello.data(), hello.size())) {
@@ -286,6 +311,7 @@ Status AgentSet::on_readable_pending(Pending& p) {
   ssize_t n = recv(p.fd, buf, sizeof buf, 0);
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return Status();
   if (n <= 0) return remote_error("closed during the handshake");
+  p.heard = true;
   auto step = p.handshake.feed(buf, static_cast<size_t>(n));
   if (!step) return step.status();
   if (!step->send.empty() && !write_all(p.fd, step->send.data(), step->send.size())) return remote_error("closed during the handshake");
@@ -405,7 +431,7 @@ Status AgentSet::wait_for_hellos() {
       if (f.revents) s = on_readable_pending(*p);
       if (s && p->fd >= 0 && Clock::now() > p->deadline) s = timeout_error("did not finish the handshake in time");
       if (!s) {
-        say("refused a connection from " + p->peer + ": " + s.message() + "; the job goes on");
+        refuse(p->peer, s.message());
         close(p->fd);
         p->fd = -1;
       }
@@ -450,7 +476,7 @@ Status AgentSet::wait_for_hellos() {
     listeners_.clear();
     for (auto& p : pending_) {
       if (p->fd < 0) continue;
-      say("refused a connection from " + p->peer + ": every agent of the job had joined; the job goes on");
+      refuse(p->peer, "every agent of the job had joined");
       close(p->fd);
     }
     pending_.clear();

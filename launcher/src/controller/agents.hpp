@@ -19,6 +19,7 @@
 #include "controller/launch_agent.hpp"
 
 #include "wire/frame.hpp"
+#include "wire/strangers.hpp"
 
 namespace accrun::wire {
 struct Secret;
@@ -102,6 +103,7 @@ class AgentSet {
   void reap();
   bool is_local(int index) const;
   void say(const std::string& line) const;
+  void refuse(const std::string& peer, const std::string& why);  // reports a stranger, up to a limit
 
   AgentsConfig config_;
   std::string secret_hex_;
@@ -111,6 +113,7 @@ class AgentSet {
   std::vector<LaunchProcess> launches_;
   std::vector<int> tree_;
   std::vector<std::unique_ptr<Pending>> pending_;
+  wire::RefusalLog refusals_;
   std::vector<std::unique_ptr<Agent>> unnamed_;  // proved the secret, no hello yet
   std::vector<std::unique_ptr<Agent>> agents_;  // by index, null until hello
   std::vector<AgentHello> hellos_;
