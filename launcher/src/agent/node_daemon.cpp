@@ -985,6 +985,18 @@ int Daemon::prepare_output_dir() {
     if (err == EEXIST) return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
     return err;
   };
+  // A symbolic link on the way to DIR, or DIR itself, planted by another
+  // user would choose where accrun writes: only links of this user or of
+  // root are followed.
+  for (size_t end = dir.find('/', 1);; end = dir.find('/', end + 1)) {
+    const std::string part = dir.substr(0, end);
+    struct stat ls;
+    if (lstat(part.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode) && ls.st_uid != geteuid() && ls.st_uid != 0)
+      return give_up(part + " is a symbolic link of uid " + std::to_string(ls.st_uid) +
+                     " (accrun follows only links of its own user or of root on the way to its output: "
+                     "name the directory itself, or choose another --output-dir)");
+    if (end == std::string::npos) break;
+  }
   for (size_t slash = dir.find('/', 1); slash != std::string::npos; slash = dir.find('/', slash + 1)) {
     std::string parent = dir.substr(0, slash);
     if (int err = make_dir(parent); err != 0 && err != EEXIST) {

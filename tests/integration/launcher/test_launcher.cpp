@@ -945,6 +945,27 @@ TEST(Launcher, OutputDirNeverFollowsAPlantedLink) {
     std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     EXPECT_EQ(text, "precious\n") << c.what;
   }
+  // DIR itself a symbolic link another user planted (towards a directory of
+  // this user's, whose rank.0/stdout it would have emptied): refused.
+  if (geteuid() == 0) {
+    fresh();
+    const std::string link = base + "/out", target = base + ".target";
+    ASSERT_EQ(std::system(("mkdir -p '" + target + "/rank.0' && echo precious > '" + target + "/rank.0/stdout' && ln -s '" +
+                           target + "' '" + link + "' && chown -h 65534 '" + link + "'").c_str()),
+              0);
+    RunResult r = run({"-n", "1", "--output-dir", link, "sh", "-c", "touch " + marker + "; echo overwritten"});
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find(link + " is a symbolic link of uid 65534"), std::string::npos) << r.err;
+    EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
+    EXPECT_FALSE(exists(marker)) << "a rank was started";
+    std::ifstream f(target + "/rank.0/stdout");
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, "precious\n");
+    // The same link of this user's own is followed.
+    ASSERT_EQ(std::system(("chown -h 0 '" + link + "'").c_str()), 0);
+    EXPECT_EQ(run({"-n", "1", "--output-dir", link, "echo", "mine"}).status, 0);
+    std::system(("rm -rf '" + target + "'").c_str());
+  }
   // A directory of its own from an earlier run is reused, its files emptied.
   fresh();
   ASSERT_EQ(run({"-n", "1", "--output-dir", base, "sh", "-c", "echo first run, longer"}).status, 0);
