@@ -402,6 +402,7 @@ Status AgentSet::wait_for_hellos() {
   while (said_hello_ < n) {
     reap();
     if (!failed_.empty()) break;
+    if (config_.interrupted && config_.interrupted()) return Status(Code::kSystem, "interrupted");
     auto now = Clock::now();
     if (now >= deadline) break;
     // What is polled now, by pointer: handling it moves connections from

@@ -40,6 +40,9 @@ struct AgentsConfig {
   std::map<std::string, std::string> options;  // detection overrides for the agents
   std::chrono::milliseconds timeout{60000};     // every agent has said hello by then
   int err_fd = 2;                         // where messages go
+  // Asked on every turn of the wait for the agents (at least every 100 ms):
+  // true ends the wait (accrun received INT, TERM or HUP).
+  std::function<bool()> interrupted;
 };
 
 // What an agent said when it connected.

@@ -71,6 +71,14 @@ class Controller {
   // accrun was started with SIGHUP ignored (nohup): a hangup is not
   // forwarded, and the ranks start with it ignored, as nohup's commands do.
   bool hup_ignored_ = false;
+  // The signals accrun handles, blocked from the start of run() (so one
+  // that comes while the agents start is neither lost nor fatal) and read
+  // by loop()'s signalfd; the mask this host's agent is forked with.
+  sigset_t signals_{};
+  sigset_t old_mask_{};
+  int stopped_by_ = 0;  // INT, TERM or HUP taken while the agents started
+  bool interrupted();
+  int agents_failed(const Status& s);
   int plan_here_and_start();
   int start_agents(bool wait = true, const std::string& prepare_as = "");
   int plan_and_launch();
@@ -313,6 +321,12 @@ void Controller::on_directory(int agent, const wire::Frame& f) {
 }
 
 int Controller::run() {
+  sigemptyset(&signals_);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT}) sigaddset(&signals_, s);
+  if (hup_ignored_) sigdelset(&signals_, SIGHUP);
+  // Blocked until accrun exits: one that comes after loop() read its last
+  // would otherwise end accrun before it returns the job's status.
+  sigprocmask(SIG_BLOCK, &signals_, &old_mask_);
   const auto t0 = Clock::now();
   auto trace = [&](const char* what) {
     if (log_level() >= LogLevel::kDebug)
@@ -360,11 +374,7 @@ int Controller::plan_here_and_start() {
   job_id_ = new_job_id();
   if (int rc = start_agents(false, name); rc != 0) return rc;
   auto plan = plan_here_();
-  if (Status s = agents_->wait_for_hellos(); !s) {
-    say(s.message());
-    agents_->shutdown();
-    return 1;
-  }
+  if (Status s = agents_->wait_for_hellos(); !s) return agents_failed(s);
   if (!plan) {
     say(plan.status().message());
     agents_->shutdown();
@@ -399,7 +409,12 @@ int Controller::start_agents(bool wait, const std::string& prepare_as) {
   char** envp = envp_;
   EarlyJob early;
   if (!prepare_as.empty()) early = EarlyJob{prepare_as, job_id_};
-  config.local_agent = [envp, early](int fd, int index) { return run_local_agent(fd, index, envp, early); };
+  // (This host's agent is forked with the signals accrun blocks as they were.)
+  config.local_agent = [envp, early, mask = old_mask_](int fd, int index) {
+    sigprocmask(SIG_SETMASK, &mask, nullptr);
+    return run_local_agent(fd, index, envp, early);
+  };
+  config.interrupted = [this] { return interrupted(); };
   auto started = AgentSet::start(config);
   if (!started) {
     say(started.status().message());
@@ -407,12 +422,34 @@ int Controller::start_agents(bool wait, const std::string& prepare_as) {
   }
   agents_ = std::move(*started);
   if (!wait) return 0;
-  if (Status s = agents_->wait_for_hellos(); !s) {
-    say(s.message());
-    agents_->shutdown();
-    return 1;
-  }
+  if (Status s = agents_->wait_for_hellos(); !s) return agents_failed(s);
   return 0;
+}
+
+// An INT, TERM or HUP that came while the agents start ends the start (a
+// job of ranks not yet started has nothing to forward it to); the other
+// signals stay pending for loop().
+bool Controller::interrupted() {
+  if (stopped_by_ != 0) return true;
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int s : {SIGINT, SIGTERM, SIGHUP})
+    if (sigismember(&signals_, s)) sigaddset(&stop, s);
+  const timespec now{0, 0};
+  const int sig = sigtimedwait(&stop, nullptr, &now);
+  if (sig > 0) stopped_by_ = sig;
+  return stopped_by_ != 0;
+}
+
+int Controller::agents_failed(const Status& s) {
+  if (stopped_by_ != 0) {
+    say(std::string("received ") + sigabbrev_np(stopped_by_) +
+        " while the agents were starting; stopping them (no rank had started)");
+  } else {
+    say(s.message());
+  }
+  agents_->shutdown();
+  return stopped_by_ != 0 ? 128 + stopped_by_ : 1;
 }
 
 int Controller::plan_and_launch() {
@@ -1069,12 +1106,8 @@ void Controller::forward_stdin() {
 }
 
 int Controller::loop() {
-  sigset_t mask, old;
-  sigemptyset(&mask);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT}) sigaddset(&mask, s);
-  if (hup_ignored_) sigdelset(&mask, SIGHUP);
-  sigprocmask(SIG_BLOCK, &mask, &old);
-  int sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  // (Blocked since run() began: what came meanwhile is read here.)
+  int sigfd = signalfd(-1, &signals_, SFD_CLOEXEC | SFD_NONBLOCK);
   Clock::time_point last_beat{};
   Clock::time_point last_turn = Clock::now();
   for (;;) {
@@ -1178,7 +1211,6 @@ int Controller::loop() {
       if (!output_lost_[k] && !out_[k].empty() && !out_[k].flush()) output_failed(k);
   }
   close(sigfd);
-  sigprocmask(SIG_SETMASK, &old, nullptr);
   // Output was lost although no rank failed (they wrote it and ended before
   // they could learn it): as a pipeline's writer, 141 for a reader that
   // went away (128 + SIGPIPE), 1 for another write error.

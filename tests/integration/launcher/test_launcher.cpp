@@ -1032,6 +1032,32 @@ TEST(Launcher, SigintReachesEveryRank) {
   for (int r = 0; r < 3; ++r) EXPECT_NE(p.out().find("INT " + std::to_string(r)), std::string::npos) << p.out();
 }
 
+// INT, TERM or HUP while the agents are still starting (here each host's
+// launch agent takes 2 s) ends the job with 128 + the signal and a line
+// saying so, starts no rank and leaves no agent behind; INT too when accrun
+// was started with it ignored, as a script's background job is (before: the
+// signal was lost, or killed accrun alone and left its agents running).
+TEST(Launcher, ASignalWhileTheAgentsStartEndsTheJob) {
+  const std::string marker = tmpdir() + "/accrun-early-signal-" + std::to_string(getpid());
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    Proc p({"-n", "2", "-H", "ta:1,tb:1", "--launch-agent", "sleep 2; : {host}; {cmd}", "sh", "-c",
+            "touch " + marker + "; exec sleep 30"},
+           {}, nullptr, [sig] {
+             if (sig == SIGINT) signal(SIGINT, SIG_IGN);
+           });
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    kill(p.pid(), sig);
+    EXPECT_EQ(p.wait(10), 128 + sig) << sigabbrev_np(sig) << ": " << p.err();
+    EXPECT_NE(p.err().find(std::string("received ") + sigabbrev_np(sig) + " while the agents were starting"),
+              std::string::npos)
+        << p.err();
+    EXPECT_FALSE(exists(marker)) << sigabbrev_np(sig) << ": a rank was started";
+    // (The launch agents' shells; the brackets keep pgrep's own shell out.)
+    EXPECT_NE(std::system("pgrep -f 'sleep 2; : t[ab];' >/dev/null"), 0) << sigabbrev_np(sig) << ": a launch agent was left";
+    unlink(marker.c_str());
+  }
+}
+
 // Under nohup (SIGHUP ignored) a hangup neither ends the job nor reaches
 // the ranks, which start with it ignored as nohup's own command would;
 // without nohup it is forwarded and ends the job (129).
