@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 #include <unordered_map>
 
@@ -707,8 +708,30 @@ Result<std::vector<HostEntry>> parse_hostfile(std::string_view text, const std::
   return out;
 }
 
+namespace {
+
+// What a hostfile that can be read once (a pipe, a FIFO, /dev/stdin) gave:
+// accrun reads its hostfile in more than one place, and a second open of a
+// FIFO would wait for a writer that never comes.
+struct OnceRead {
+  std::mutex mu;
+  std::map<std::string, std::string> text;  // by path
+};
+OnceRead& once_read() {
+  static auto* r = new OnceRead;
+  return *r;
+}
+
+}  // namespace
+
 Result<std::vector<HostEntry>> read_hostfile(const std::string& path) {
   const std::string shown = printable(path);
+  struct stat pre {};
+  const bool once = ::stat(path.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode) && !S_ISDIR(pre.st_mode);
+  if (once) {
+    std::lock_guard<std::mutex> lock(once_read().mu);
+    if (auto it = once_read().text.find(path); it != once_read().text.end()) return parse_hostfile(it->second, path);
+  }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return not_found("cannot read hostfile '" + shown + "': " + std::strerror(errno));
   struct Closer {
@@ -742,6 +765,10 @@ Result<std::vector<HostEntry>> read_hostfile(const std::string& path) {
   }
   if (got > kMaxHostfileBytes) return invalid_argument(too_big);
   text.resize(got);
+  if (once) {
+    std::lock_guard<std::mutex> lock(once_read().mu);
+    once_read().text[path] = text;
+  }
   return parse_hostfile(text, path);
 }
 

@@ -116,6 +116,27 @@ TEST(Hostfile, RangeLinesDeclareEveryHostAndNumberWorkers) {
   EXPECT_EQ((*r)[7].origin, kDir + "tpu-slice.hosts:6");
 }
 
+// A hostfile that can be read once (a pipe: --hostfile /dev/stdin or
+// <(...)) gives the same hosts to every later read in the process: accrun
+// reads its hostfile in more than one place (before: the second read found
+// no hosts, and a FIFO's second open waited for ever).
+TEST(Hostfile, APipeGivesTheSameHostsToEveryRead) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const std::string text = "p1 slots=2\np2 slots=3\n";
+  ASSERT_EQ(write(fds[1], text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fds[1]);
+  const std::string path = "/dev/fd/" + std::to_string(fds[0]);
+  for (int read = 0; read < 2; ++read) {
+    auto r = read_hostfile(path);
+    ASSERT_TRUE(r.is_ok()) << read << ": " << r.status().message();
+    ASSERT_EQ(r->size(), 2u) << read;
+    EXPECT_EQ((*r)[1].name, "p2");
+    EXPECT_EQ((*r)[1].slots, 3);
+  }
+  close(fds[0]);
+}
+
 TEST(Hostfile, ErrorsNameFileLineAndSuggest) {
   auto r = read_hostfile(kDir + "bad-key.hosts");
   ASSERT_FALSE(r.is_ok());
