@@ -342,7 +342,9 @@ Status apply_field(std::string_view field, HostEntry& e, std::set<std::string>& 
       else if (r) near = *r;
       else near = closest_match(key, known_keys());
       if (near) msg += " (did you mean '" + *near + "'?)";
-      else msg += " (keys: slots, gpus, resources, accelerator_type, instance_type, pod, zone, region, worker)";
+      else
+        msg += " (keys: slots, max_slots, gpus, resources, accelerator_type, instance_type, pod, zone, region, "
+               "worker, or a resource's name such as TPU=4)";
       return invalid_argument(msg);
     }
     resource = *r;

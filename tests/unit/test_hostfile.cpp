@@ -162,6 +162,11 @@ TEST(Hostfile, ErrorsNameFileLineAndSuggest) {
   r = read_hostfile(kDir + "no-such-file");
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("cannot read hostfile"), std::string::npos);
+  // A key like no other: the list of keys, every one of them.
+  r = parse_hostfile("n1 colour=red\n", "f");
+  ASSERT_FALSE(r.is_ok());
+  for (const char* k : {"slots", "max_slots", "gpus", "worker", "TPU=4"})
+    EXPECT_NE(r.status().message().find(k), std::string::npos) << k << ": " << r.status().message();
 }
 
 TEST(Hostfile, MoreBadInput) {
