@@ -636,7 +636,7 @@ Status check_line_bytes(std::string_view line) {
 
 Result<std::vector<HostEntry>> parse_hostfile(std::string_view text, const std::string& filename) {
   std::vector<HostEntry> out;
-  std::unordered_map<std::string, std::string> first_seen;  // host → origin
+  std::unordered_map<std::string, std::pair<std::string, std::string>> first_seen;  // lower-case host → (as given, origin)
   // (pod, worker id) → the host that has it and its origin.
   std::map<std::pair<std::string, int>, std::pair<std::string, std::string>> workers;
   const std::string shown_file = printable(filename);
@@ -687,10 +687,12 @@ Result<std::vector<HostEntry>> parse_hostfile(std::string_view text, const std::
     if (!names) return fail(names.status());
     int worker_offset = 0;
     for (auto& name : *names) {
-      auto [it, inserted] = first_seen.emplace(name, origin);
+      auto [it, inserted] = first_seen.emplace(lower(name), std::pair(name, origin));  // host names ignore case
       if (!inserted) {
-        return fail(invalid_argument("duplicate host '" + name + "' (first declared at " + it->second +
-                                     "; give each host once)"));
+        const auto& [first, where] = it->second;
+        return fail(invalid_argument("duplicate host '" + name + "' (" +
+                                     (first == name ? "" : "the same host as '" + first + "': host names ignore case; ") +
+                                     "first declared at " + where + "; give each host once)"));
       }
       HostEntry e = proto;
       e.name = std::move(name);
@@ -776,7 +778,7 @@ Result<std::vector<HostEntry>> read_hostfile(const std::string& path) {
 
 Result<std::vector<HostEntry>> parse_host_list(std::string_view list) {
   std::vector<HostEntry> out;
-  std::unordered_map<std::string, bool> seen;
+  std::unordered_map<std::string, std::string> seen;  // lower-case name -> as given
   auto fail = [](const std::string& m) { return invalid_argument("-H: " + printable(m)); };
   if (list.empty()) return fail("empty host list (e.g. -H node1:4,node2:4)");
   for (std::string_view item : split_top_level(list)) {
@@ -802,8 +804,10 @@ Result<std::vector<HostEntry>> parse_host_list(std::string_view list) {
     auto names = expand(*expr);
     if (!names) return fail(names.status().message());
     for (auto& name : *names) {
-      if (!seen.emplace(name, true).second) {
-        return fail("duplicate host '" + name + "' (give each host once)");
+      if (auto [it, fresh] = seen.emplace(lower(name), name); !fresh) {  // host names ignore case
+        return fail("duplicate host '" + name + "' (" +
+                    (it->second == name ? "" : "the same host as '" + it->second + "': host names ignore case; ") +
+                    "give each host once)");
       }
       HostEntry e;
       e.name = std::move(name);

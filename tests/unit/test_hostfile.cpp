@@ -162,6 +162,14 @@ TEST(Hostfile, ErrorsNameFileLineAndSuggest) {
   r = read_hostfile(kDir + "no-such-file");
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("cannot read hostfile"), std::string::npos);
+  // Host names ignore case, as DNS does: one host given twice.
+  r = parse_hostfile("n1\nN1\n", "f");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(), "f:2: duplicate host 'N1' (the same host as 'n1': host names ignore case; first "
+                                  "declared at f:1; give each host once)");
+  r = parse_host_list("h1:1,H1:1");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("host names ignore case"), std::string::npos) << r.status().message();
   // A key like no other: the list of keys, every one of them.
   r = parse_hostfile("n1 colour=red\n", "f");
   ASSERT_FALSE(r.is_ok());
