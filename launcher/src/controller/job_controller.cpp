@@ -79,6 +79,7 @@ class Controller {
   int stopped_by_ = 0;  // INT, TERM or HUP taken while the agents started
   bool interrupted();
   int agents_failed(const Status& s);
+  int too_many_ranks();
   int plan_here_and_start();
   int start_agents(bool wait = true, const std::string& prepare_as = "");
   int plan_and_launch();
@@ -342,6 +343,7 @@ int Controller::run() {
       return 2;
     }
     entries_ = std::move(*entries);
+    if (int rc = too_many_ranks(); rc != 0) return rc;
     if (int rc = start_agents(); rc != 0) return rc;
   }
   trace("agents up");
@@ -424,6 +426,24 @@ int Controller::start_agents(bool wait, const std::string& prepare_as) {
   if (!wait) return 0;
   if (Status s = agents_->wait_for_hellos(); !s) return agents_failed(s);
   return 0;
+}
+
+// Bad input that needs no agent to see, so none is started: more ranks
+// than the hosts' slots, every one of them given (-H host:N, slots=N),
+// without --oversubscribe.  The planner, from the declarations, words it
+// as the launch would have.
+int Controller::too_many_ranks() {
+  if (!options_.np || options_.oversubscribe || entries_.empty()) return 0;
+  long slots = 0;
+  for (const auto& e : entries_) {
+    if (!e.slots) return 0;
+    slots += *e.slots;
+  }
+  if (*options_.np <= slots) return 0;
+  auto plan = build_plan(options_, envp_, 0);
+  if (plan || plan.status().code() == Code::kSystem) return 0;  // (then the launch says what is wrong)
+  say(plan.status().message());
+  return 2;
 }
 
 // An INT, TERM or HUP that came while the agents start ends the start (a

@@ -1032,6 +1032,21 @@ TEST(Launcher, SigintReachesEveryRank) {
   for (int r = 0; r < 3; ++r) EXPECT_NE(p.out().find("INT " + std::to_string(r)), std::string::npos) << p.out();
 }
 
+// More ranks than the slots given for every host is bad input that needs
+// no agent: status 2, the planner's message, and no launch agent started
+// (before: an agent was started on every host first).
+TEST(Launcher, MoreRanksThanTheGivenSlotsStartsNoAgent) {
+  const std::string marker = tmpdir() + "/accrun-no-agent-" + std::to_string(getpid());
+  RunResult r = run({"-n", "5", "-H", "ta:1,tb:1", "--launch-agent", "touch " + marker + "; : {host}; {cmd}", "true"});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("cannot place rank 2 of -n 5: the hosts have 2 slots (ta: 1, tb: 1)"), std::string::npos) << r.err;
+  EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
+  EXPECT_FALSE(exists(marker)) << "a launch agent was started";
+  unlink(marker.c_str());
+  // With --oversubscribe the same job runs.
+  EXPECT_EQ(run({"-n", "5", "-H", "ta:1,tb:1", "--oversubscribe", "--launch-agent", "{cmd}", "true"}).status, 0);
+}
+
 // INT, TERM or HUP while the agents are still starting (here each host's
 // launch agent takes 2 s) ends the job with 128 + the signal and a line
 // saying so, starts no rank and leaves no agent behind; INT too when accrun
