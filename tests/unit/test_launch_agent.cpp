@@ -176,5 +176,59 @@ TEST(SrunStep, OneStepOneTaskPerNode) {
     EXPECT_NE(cmd.find(want), std::string::npos) << want << " in " << cmd;
 }
 
+// apply_slurm_allocation over a made-up environment (no Slurm needed).
+struct SlurmEnv {
+  std::vector<std::string> vars;
+  std::vector<char*> ptrs;
+  explicit SlurmEnv(std::vector<std::string> v) : vars(std::move(v)) {
+    for (auto& s : vars) ptrs.push_back(s.data());
+    ptrs.push_back(nullptr);
+  }
+  char** envp() { return ptrs.data(); }
+};
+
+// -H or a hostfile inside an allocation: its nodes are reached by the srun
+// step as the allocation's are (before: by ssh, which compute nodes may
+// refuse), compared without case; a login node is not allocated, so
+// "localhost" there is refused like its own name.
+TEST(SlurmAllocation, HostsGivenInsideItAreReachedBySrunAndCheckedWithoutCase) {
+  // (This machine is not h1 or h2: a login node.)
+  SlurmEnv env({"SLURM_JOB_ID=99", "SLURM_JOB_NODELIST=h[1-2]", "SLURM_JOB_CPUS_PER_NODE=2(x2)"});
+  Options o;
+  o.host_list = "H1:2,h2:2";
+  ASSERT_TRUE(apply_slurm_allocation(o, env.envp()).is_ok());
+  EXPECT_EQ(o.launch_agent, kSrunLaunchAgent);
+  Options own;
+  own.host_list = "h1:1";
+  own.launch_agent = "ssh -F cfg";
+  ASSERT_TRUE(apply_slurm_allocation(own, env.envp()).is_ok());
+  EXPECT_EQ(own.launch_agent, "ssh -F cfg") << "an explicit --launch-agent wins";
+  for (const char* outside : {"localhost:2", "h3:1"}) {
+    Options bad;
+    bad.host_list = outside;
+    Status st = apply_slurm_allocation(bad, env.envp());
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << outside;
+    EXPECT_NE(st.message().find("not allocated"), std::string::npos) << outside << ": " << st.message();
+  }
+}
+
+// Inside an srun step, SLURM_NTASKS and SLURM_TASKS_PER_NODE are the
+// step's: the job's nodes get SLURM_JOB_CPUS_PER_NODE's slots (before: a
+// mismatch, status 2); a count that does not fit names its own variable.
+TEST(SlurmAllocation, InsideAStepTheJobsNodesAndCpusCount) {
+  SlurmEnv step({"SLURM_JOB_ID=99", "SLURM_JOB_NODELIST=h[1-2]", "SLURM_JOB_CPUS_PER_NODE=2(x2)", "SLURM_NTASKS=1",
+                 "SLURM_TASKS_PER_NODE=1", "SLURM_STEP_ID=0"});
+  Options o;
+  Status st = apply_slurm_allocation(o, step.envp());
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(o.host_list, "h1:2,h2:2");
+  EXPECT_FALSE(o.np) << "-n is not the step's task count";
+  SlurmEnv bad({"SLURM_JOB_ID=99", "SLURM_JOB_NODELIST=h[1-2]", "SLURM_JOB_CPUS_PER_NODE=2"});
+  Options b;
+  st = apply_slurm_allocation(b, bad.envp());
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_EQ(st.message().rfind("SLURM_JOB_CPUS_PER_NODE '2' gives 1 counts", 0), 0u) << st.message();
+}
+
 }  // namespace
 }  // namespace accrun::launcher

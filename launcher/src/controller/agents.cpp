@@ -486,12 +486,26 @@ Status AgentSet::wait_for_hellos() {
     unnamed_.clear();
     return Status();
   }
-  std::string why;
-  int shown = 0;
+  // Hosts that failed for the same reason (one srun step for all of them,
+  // one unreachable network) are named together; at most four reasons.
+  std::vector<std::pair<std::string, std::vector<std::string>>> reasons;
   for (const auto& [index, reason] : failed_) {
-    if (shown++ == 4) break;
-    why += (why.empty() ? "" : "; ") + std::string("host ") + config_.hosts[index] + ": " + reason;
+    auto same = std::find_if(reasons.begin(), reasons.end(), [&](const auto& r) { return r.first == reason; });
+    if (same == reasons.end()) same = reasons.insert(reasons.end(), {reason, {}});
+    same->second.push_back(config_.hosts[index]);
   }
+  std::string why;
+  for (std::size_t r = 0; r < reasons.size() && r < 4; ++r) {
+    const auto& [reason, hosts] = reasons[r];
+    std::string named = "host " + hosts[0];
+    if (hosts.size() > 1) {
+      named = "hosts " + hosts[0];
+      for (std::size_t i = 1; i < hosts.size() && i < 4; ++i) named += ", " + hosts[i];
+      if (hosts.size() > 4) named += " and " + std::to_string(hosts.size() - 4) + " more";
+    }
+    why += (why.empty() ? "" : "; ") + named + ": " + reason;
+  }
+  if (reasons.size() > 4) why += "; and " + std::to_string(reasons.size() - 4) + " other reasons";
   if (!why.empty()) why += launch_hint(launch_exits_, config_);
   if (why.empty()) {
     std::vector<std::string> silent;

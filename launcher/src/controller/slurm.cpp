@@ -7,6 +7,7 @@
 
 #include "accrun/commands.hpp"
 #include "accrun/hostfile.hpp"
+#include "accrun/strings.hpp"
 #include "controller/launch_agent.hpp"
 
 namespace accrun::launcher {
@@ -20,7 +21,9 @@ const char* lookup(char** envp, const char* name) {
   return nullptr;
 }
 
-std::string short_name(const std::string& s) { return s.substr(0, s.find('.')); }
+// How a node is compared with the allocation's: its first label, in lower
+// case (host names ignore case).
+std::string short_name(const std::string& s) { return ascii_lower(s.substr(0, s.find('.'))); }
 
 }  // namespace
 
@@ -53,34 +56,42 @@ Status apply_slurm_allocation(Options& options, char** envp) {
   if (job == nullptr || list == nullptr || *list == '\0') return Status();
   auto nodes = hostfiles::expand_node_list(list);
   if (!nodes) return nodes.status().with_context("SLURM_JOB_NODELIST");
+  // Inside a step (accrun run by srun), SLURM_NTASKS and
+  // SLURM_TASKS_PER_NODE describe the step, not the job's nodes.
+  const bool in_step = lookup(envp, "SLURM_STEP_ID") != nullptr;
   if (options.hostfile || options.host_list) {
-    // Only what Slurm gave this job.
+    // Only what Slurm gave this job ("localhost" only where accrun runs on
+    // an allocated node: a login node is not one).
     std::set<std::string> allocated;
     for (const auto& n : *nodes) allocated.insert(short_name(n));
     auto entries = options.hostfile ? hostfiles::read_hostfile(*options.hostfile)
                                     : hostfiles::parse_host_list(*options.host_list);
     if (!entries) return Status();  // the planner reports it
+    const bool here_allocated = allocated.count(short_name(this_hostname(detect_config(options, envp)))) > 0;
     std::string others;
     for (const auto& e : *entries)
-      if (!names_this_host(e.name, "localhost") && !allocated.count(short_name(e.name)))
+      if (!(here_allocated && names_this_host(e.name, "localhost")) && !allocated.count(short_name(e.name)))
         others += (others.empty() ? "" : ", ") + e.name + " (" + e.origin + ")";
     if (!others.empty())
       return invalid_argument("inside Slurm job " + std::string(job) + ", these hosts are not allocated to it: " +
                               others + "; the allocation has " + list);
+    // Its nodes are reached as the allocation's are: by an srun step.
+    if (options.launch_agent == kDefaultLaunchAgent) options.launch_agent = kSrunLaunchAgent;
     return Status();
   }
   // Slots: the tasks Slurm laid out when the allocation asked for a task
   // count (salloc -n), else the CPUs each node gave the job (salloc -N 4
   // then accrun -n 8 fills them, as srun -n 8 would).
-  const char* per_node = lookup(envp, "SLURM_NTASKS") != nullptr ? lookup(envp, "SLURM_TASKS_PER_NODE") : nullptr;
-  if (per_node == nullptr) per_node = lookup(envp, "SLURM_JOB_CPUS_PER_NODE");
-  if (per_node == nullptr) per_node = lookup(envp, "SLURM_TASKS_PER_NODE");
+  const char* per_node_var = !in_step && lookup(envp, "SLURM_NTASKS") != nullptr ? "SLURM_TASKS_PER_NODE" : nullptr;
+  if (per_node_var == nullptr || lookup(envp, per_node_var) == nullptr) per_node_var = "SLURM_JOB_CPUS_PER_NODE";
+  if (lookup(envp, per_node_var) == nullptr && !in_step) per_node_var = "SLURM_TASKS_PER_NODE";
+  const char* per_node = lookup(envp, per_node_var);
   std::vector<int> slots(nodes->size(), 1);
   if (per_node != nullptr) {
     auto counts = hostfiles::parse_counts_per_node(per_node);
-    if (!counts) return counts.status().with_context("SLURM_TASKS_PER_NODE");
+    if (!counts) return counts.status().with_context(per_node_var);
     if (counts->size() != nodes->size())
-      return invalid_argument("SLURM_TASKS_PER_NODE '" + std::string(per_node) + "' gives " +
+      return invalid_argument(std::string(per_node_var) + " '" + per_node + "' gives " +
                               std::to_string(counts->size()) + " counts for the " + std::to_string(nodes->size()) +
                               " nodes of SLURM_JOB_NODELIST '" + list + "'");
     slots = *counts;
@@ -89,7 +100,7 @@ Status apply_slurm_allocation(Options& options, char** envp) {
   for (size_t i = 0; i < nodes->size(); ++i)
     hosts += (i ? "," : "") + (*nodes)[i] + ":" + std::to_string(slots[i]);
   options.host_list = hosts;
-  if (!options.np) {
+  if (!options.np && !in_step) {
     if (const char* n = lookup(envp, "SLURM_NTASKS"); n != nullptr && std::atoi(n) > 0) options.np = std::atoi(n);
   }
   if (options.launch_agent == kDefaultLaunchAgent) options.launch_agent = kSrunLaunchAgent;
