@@ -80,8 +80,9 @@ Result<int> connect_to(const std::string& addr) {
 }
 
 // Moves n bytes; false with *why set when the peer closed, failed or made
-// no progress for kStall.
-bool transfer(int fd, bool out, unsigned char* p, std::uint64_t n, std::string* why) {
+// no progress for `stall`.
+bool transfer(int fd, bool out, unsigned char* p, std::uint64_t n, std::string* why,
+              std::chrono::seconds stall = kStall) {
   auto last = Clock::now();
   while (n > 0) {
     std::size_t chunk = static_cast<std::size_t>(std::min<std::uint64_t>(n, 1 << 30));
@@ -102,9 +103,9 @@ bool transfer(int fd, bool out, unsigned char* p, std::uint64_t n, std::string* 
       return false;
     }
     pollfd pf{fd, static_cast<short>(out ? POLLOUT : POLLIN), 0};
-    int rc = ::poll(&pf, 1, wait_ms(last + kStall));
-    if (rc == 0 && Clock::now() >= last + kStall) {
-      *why = "nothing moved for 30 s";
+    int rc = ::poll(&pf, 1, wait_ms(last + stall));
+    if (rc == 0 && Clock::now() >= last + stall) {
+      *why = stall == kStall ? "nothing moved for 30 s" : "no answer within " + std::to_string(stall.count()) + " s";
       return false;
     }
   }
@@ -136,7 +137,10 @@ Result<std::uint64_t> request(const std::string& server, const std::string& host
     std::memcpy(req.data() + objects::kRequestHeader, file.data(), file.size());
     unsigned char h[objects::kReplyHeader];
     std::string why;
-    if (!transfer(s.fd, true, req.data(), req.size(), &why) || !transfer(s.fd, false, h, sizeof h, &why))
+    // The agent answers a request at once (its bytes may then wait for a
+    // free thread): one that does not within 5 s is stopped or lost.
+    if (!transfer(s.fd, true, req.data(), req.size(), &why, kConnectWait) ||
+        !transfer(s.fd, false, h, sizeof h, &why, kConnectWait))
       return remote_error("host " + host + "'s agent (" + addr + "): " + why);
     switch (static_cast<objects::Reply>(h[0])) {
       case objects::Reply::kOk:

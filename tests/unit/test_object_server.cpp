@@ -221,6 +221,39 @@ TEST(ObjectServer, AnAgentThatIsGoneIsARemoteErrorNamingItsHost) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(6));
 }
 
+// An agent that is stopped (SIGSTOP) still has its connections accepted by
+// the kernel, but answers nothing: a get gives up after 5 s naming the
+// host (before: 30 s, "nothing moved").  Here the "agent" is a listener
+// that never accepts.
+TEST(ObjectServer, AnAgentThatDoesNotAnswerIsGivenUpAfterFiveSeconds) {
+  TempDir d0, d1;
+  MemoryDirectory dir;
+  const int l = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof a;
+  ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(l, 16), 0);
+  ASSERT_EQ(::getsockname(l, reinterpret_cast<sockaddr*>(&a), &alen), 0);
+  const std::string addr = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  auto h0 = ObjectStore::open(dir, StoreOptions{d0.path(), "h0", 0, "", addr});
+  auto h1 = ObjectStore::open(dir, StoreOptions{d1.path(), "h1", 1, "", "127.0.0.1:1"});
+  ASSERT_TRUE(h0.is_ok() && h1.is_ok());
+  int v = 1;
+  ASSERT_TRUE((*h0)->put("k", &v, sizeof v).is_ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::size_t len = 0;
+  Status st = (*h1)->get("k", &v, sizeof v, &len, 0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(st.code(), Code::kRemote) << st.message();
+  EXPECT_NE(st.message().find("host h0"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("no answer within 5 s"), std::string::npos) << st.message();
+  EXPECT_GT(took, 4.5);
+  EXPECT_LT(took, 7.0);
+  ::close(l);
+}
+
 TEST(ObjectServer, StoppingCutsATransferThatStalls) {
   TwoHosts t;
   ASSERT_TRUE(t.server && t.on_h0);

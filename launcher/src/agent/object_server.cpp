@@ -43,28 +43,13 @@ bool wait_for(int fd, short events, Clock::time_point deadline) {
   }
 }
 
-bool write_exact(int fd, const unsigned char* p, std::size_t n) {
-  while (n > 0) {
-    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (w > 0) {
-      p += w;
-      n -= static_cast<std::size_t>(w);
-    } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!wait_for(fd, POLLOUT, Clock::now() + kStall)) return false;
-    } else if (w < 0 && errno == EINTR) {
-      continue;
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
-
+// The reply header, from the acceptor: a connection's first 16 bytes out
+// always fit its socket's buffer, so this never waits.
 bool reply(int fd, objects::Reply code, std::uint64_t len) {
   unsigned char h[objects::kReplyHeader] = {};
   h[0] = static_cast<unsigned char>(code);
   objects::put_u64(h + 8, len);
-  return write_exact(fd, h, sizeof h);
+  return ::send(fd, h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(sizeof h);
 }
 
 // Gives a deleted object's bytes back to the host's store accounting, the
@@ -195,33 +180,59 @@ void ObjectServer::accept_loop() {
   std::vector<Reading> reading;       // oldest first
   struct Queued {
     int fd;
-    std::uint8_t op;
-    std::string name;
+    int file;
+    std::uint64_t size;
   };
-  std::deque<Queued> ready;  // whole requests waiting for a thread, in order
+  std::deque<Queued> ready;  // answered gets whose bytes wait for a thread, in order
   const auto wait = std::chrono::milliseconds(kRequestWaitMs);
   const char* const kInvalid = "sent no valid request";
   auto drop = [&](std::size_t i, const char* why) {
     refused(reading[i].fd, why);
-    if (why == kInvalid) {
-      unsigned char h[objects::kReplyHeader] = {static_cast<unsigned char>(objects::Reply::kBadRequest)};
-      (void)!::send(reading[i].fd, h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT);  // never waits here
-    }
+    if (why == kInvalid) (void)reply(reading[i].fd, objects::Reply::kBadRequest, 0);
     ::close(reading[i].fd);
     reading.erase(reading.begin() + static_cast<long>(i));
   };
-  // A connection's request is whole: check its name and queue it.
+  // A connection's request is whole: it is answered at once (a delete
+  // done, a get's size sent), so a rank hears from a busy agent within its
+  // wait; a get's bytes then wait for a thread.
   auto take = [&](std::size_t i) {
     Reading& r = reading[i];
     const std::size_t len = objects::get_u16(r.buf + 6);
-    const std::string_view name(reinterpret_cast<const char*>(r.buf + objects::kRequestHeader), len);
+    const std::string name(reinterpret_cast<const char*>(r.buf + objects::kRequestHeader), len);
     const auto op = static_cast<objects::Op>(r.buf[4]);
     if (!objects::is_object_file(name) || (op != objects::Op::kGet && op != objects::Op::kDelete)) {
       drop(i, kInvalid);
       return;
     }
-    ready.push_back(Queued{r.fd, r.buf[4], std::string(name)});
+    const int fd = r.fd;
     reading.erase(reading.begin() + static_cast<long>(i));
+    int file = ::openat(dir_fd_, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st {};
+    if (file < 0 || ::fstat(file, &st) != 0 || !S_ISREG(st.st_mode)) {
+      reply(fd, file < 0 && errno == ENOENT ? objects::Reply::kNotFound : objects::Reply::kFailed, 0);
+      if (file >= 0) ::close(file);
+      ::close(fd);
+      return;
+    }
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    if (op == objects::Op::kDelete) {
+      // unlink is the atomic step: of two racing deletes, one frees the bytes.
+      if (::unlinkat(dir_fd_, name.c_str(), 0) != 0) {
+        reply(fd, errno == ENOENT ? objects::Reply::kNotFound : objects::Reply::kFailed, 0);
+      } else {
+        release_bytes(dir_fd_, size);
+        reply(fd, objects::Reply::kOk, size);
+      }
+      ::close(file);
+      ::close(fd);
+      return;
+    }
+    if (!reply(fd, objects::Reply::kOk, size)) {
+      ::close(file);
+      ::close(fd);
+      return;
+    }
+    ready.push_back(Queued{fd, file, size});
   };
   for (;;) {
     // Requests whose turn has come get a thread.
@@ -230,8 +241,8 @@ void ObjectServer::accept_loop() {
       std::lock_guard<std::mutex> lock(mu_);
       Request& r = requests_.emplace_back();
       r.fd = ready.front().fd;
-      r.op = ready.front().op;
-      r.name = std::move(ready.front().name);
+      r.file = ready.front().file;
+      r.size = ready.front().size;
       ready.pop_front();
       r.thread = std::thread([this, p = &r] { serve(p); });
     }
@@ -252,7 +263,10 @@ void ObjectServer::accept_loop() {
     if (rc < 0 && errno != EINTR) return;
     if (fds[0].revents != 0 || stopping_) {
       for (const Reading& r : reading) ::close(r.fd);
-      for (const Queued& q : ready) ::close(q.fd);
+      for (const Queued& q : ready) {
+        ::close(q.fd);
+        ::close(q.file);
+      }
       return;
     }
     if (rc <= 0) continue;
@@ -294,44 +308,19 @@ void ObjectServer::accept_loop() {
 
 void ObjectServer::serve(Request* req) {
   const int fd = req->fd;
-  const char* name = req->name.c_str();
-  const auto op = static_cast<objects::Op>(req->op);
-  int file = ::openat(dir_fd_, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  struct stat st {};
-  if (file < 0 || ::fstat(file, &st) != 0 || !S_ISREG(st.st_mode)) {
-    reply(fd, file < 0 && errno == ENOENT ? objects::Reply::kNotFound : objects::Reply::kFailed, 0);
-    if (file >= 0) ::close(file);
-    req->done = true;
-    return;
-  }
-  const auto size = static_cast<std::uint64_t>(st.st_size);
-  if (op == objects::Op::kDelete) {
-    // unlink is the atomic step: of two racing deletes, one frees the bytes.
-    if (::unlinkat(dir_fd_, name, 0) != 0) {
-      reply(fd, errno == ENOENT ? objects::Reply::kNotFound : objects::Reply::kFailed, 0);
-    } else {
-      release_bytes(dir_fd_, size);
-      reply(fd, objects::Reply::kOk, size);
-    }
-    ::close(file);
-    req->done = true;
-    return;
-  }
-  if (reply(fd, objects::Reply::kOk, size)) {
-    off_t off = 0;
-    auto last_progress = Clock::now();
-    while (static_cast<std::uint64_t>(off) < size && !stopping_) {
-      ssize_t n = ::sendfile(fd, file, &off, std::min<std::uint64_t>(kChunk, size - static_cast<std::uint64_t>(off)));
-      if (n > 0) {
-        last_progress = Clock::now();
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (!wait_for(fd, POLLOUT, last_progress + kStall)) break;
-      } else if (!(n < 0 && errno == EINTR)) {
-        break;  // the reader went away, or the file is shorter: it notices
-      }
+  off_t off = 0;
+  auto last_progress = Clock::now();
+  while (static_cast<std::uint64_t>(off) < req->size && !stopping_) {
+    ssize_t n = ::sendfile(fd, req->file, &off, std::min<std::uint64_t>(kChunk, req->size - static_cast<std::uint64_t>(off)));
+    if (n > 0) {
+      last_progress = Clock::now();
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!wait_for(fd, POLLOUT, last_progress + kStall)) break;
+    } else if (!(n < 0 && errno == EINTR)) {
+      break;  // the reader went away, or the file is shorter: it notices
     }
   }
-  ::close(file);
+  ::close(req->file);
   req->done = true;
 }
 

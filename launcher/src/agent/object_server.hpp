@@ -13,8 +13,10 @@
 // Anyone who reaches the port may connect, so connections cost the server
 // little until they have sent a whole request: the acceptor reads every
 // request itself, without a thread, and closes a connection that has not
-// sent one within kRequestWait, or the oldest such connection when more
-// than kMaxReading wait; a valid request waits for a free thread in order.
+// sent one within kRequestWaitMs, or the oldest such connection when more
+// than kMaxReading wait.  It answers each whole request at once (a delete
+// done, a get's size sent), so a rank hears from a busy agent within its 5 s;
+// a get's bytes then wait for a free thread, in order.
 // A flood of idle connections therefore never keeps a rank's get waiting in
 // the kernel's backlog (accrun(7) SECURITY).
 #pragma once
@@ -54,11 +56,11 @@ class ObjectServer {
   const std::string& addresses() const { return addresses_; }
 
  private:
-  struct Request {
+  struct Request {  // a get's bytes going out
     std::thread thread;
     int fd = -1;
-    std::uint8_t op = 0;
-    std::string name;
+    int file = -1;  // the object's file, closed by serve()
+    std::uint64_t size = 0;
     std::atomic<bool> done{false};
   };
   // A connection whose request is still arriving (the acceptor's own).
