@@ -155,7 +155,32 @@ struct Runtime {
   }
 };
 
-std::shared_mutex g_state_mu;
+// The library's state lock: every call holds it shared, init and finalize
+// alone.  glibc's default read-write lock lets new readers in while a
+// writer waits, so threads that kept calling starved accrun_finalize for
+// ever; this one lets no new reader in while a writer waits (no call takes
+// it twice, which would then deadlock).
+class StateMutex {
+ public:
+  StateMutex() {
+    pthread_rwlockattr_t a;
+    pthread_rwlockattr_init(&a);
+    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&l_, &a);
+    pthread_rwlockattr_destroy(&a);
+  }
+  StateMutex(const StateMutex&) = delete;
+  StateMutex& operator=(const StateMutex&) = delete;
+  void lock() { pthread_rwlock_wrlock(&l_); }
+  void unlock() { pthread_rwlock_unlock(&l_); }
+  void lock_shared() { pthread_rwlock_rdlock(&l_); }
+  void unlock_shared() { pthread_rwlock_unlock(&l_); }
+
+ private:
+  pthread_rwlock_t l_;
+};
+
+StateMutex g_state_mu;
 Runtime* g_runtime = nullptr;  // guarded by g_state_mu
 thread_local std::string t_last_error;
 
@@ -564,6 +589,14 @@ ACCRUN_API int accrun_finalize(void) {
     return ACCRUN_SUCCESS;
   }
   return boundary("accrun_finalize", []() -> Status {
+    {
+      // Calls that wait for a key (accrun_get with a timeout, a group's
+      // rendezvous) end now with ACCRUN_ERR_INVALID_USAGE instead of
+      // holding finalize up; so do the waits of calls that start before it.
+      std::shared_lock state(g_state_mu);
+      if (g_runtime == nullptr) return not_initialised();
+      g_runtime->directory->cancel_waits();
+    }
     std::unique_lock lock(g_state_mu);
     if (g_runtime == nullptr) return not_initialised();
     delete g_runtime;

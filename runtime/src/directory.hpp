@@ -16,6 +16,9 @@
 
 namespace accrun::runtime {
 
+// What a wait that cancel_waits() ended returns.
+inline Status waits_cancelled() { return invalid_usage("accrun_finalize was called while this call waited"); }
+
 class Directory {
  public:
   virtual ~Directory() = default;
@@ -29,6 +32,10 @@ class Directory {
   virtual Result<std::string> lookup(const std::string& key, int timeout_ms) = 0;
   // Removes a key; kNotFound when absent.  Thread-safe.
   virtual Status unpublish(const std::string& key) = 0;
+  // Ends the waits in progress and those to come with kInvalidUsage
+  // (accrun_finalize: a call that waits for a key must not hold it up for
+  // ever).  Thread-safe.
+  virtual void cancel_waits() = 0;
   // Looks up every key at once: their values in the keys' order once all are
   // published.  timeout_ms as for lookup; when some are still missing,
   // kNotFound (timeout_ms == 0) or kTimeout, and no values.  The default asks
@@ -71,7 +78,7 @@ class MemoryDirectory final : public Directory {
   }
   Result<std::string> lookup(const std::string& key, int timeout_ms) override {
     std::unique_lock lock(mu_);
-    auto found = [&] { return entries_.count(key) != 0; };
+    auto found = [&] { return entries_.count(key) != 0 || (cancelled_ && timeout_ms != 0); };
     if (timeout_ms < 0) {
       cv_.wait(lock, found);
     } else if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), found)) {
@@ -79,7 +86,15 @@ class MemoryDirectory final : public Directory {
       return timeout_error("key '" + key + "' not published within " + std::to_string(timeout_ms) +
                            " ms");
     }
+    if (entries_.count(key) == 0) return waits_cancelled();
     return entries_.at(key);
+  }
+  void cancel_waits() override {
+    {
+      std::lock_guard lock(mu_);
+      cancelled_ = true;
+    }
+    cv_.notify_all();
   }
   Status unpublish(const std::string& key) override {
     std::lock_guard lock(mu_);
@@ -95,6 +110,7 @@ class MemoryDirectory final : public Directory {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::string> entries_;
+  bool cancelled_ = false;
 };
 
 // Escapes a user-chosen name for use as one path component of a directory

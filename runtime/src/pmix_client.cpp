@@ -167,6 +167,10 @@ class PmixDirectory final : public Directory {
     if (keys.empty()) return std::vector<std::string>{};
     const auto start = Clock::now();
     for (bool first = true;; first = false) {
+      // (A wait goes to the server a second at a time: finalize ends it at
+      // the next.)
+      if (cancelled_.load(std::memory_order_acquire) && timeout_ms != 0)
+        return waits_cancelled();
       const long elapsed =
           static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
       if (!first && timeout_ms >= 0 && elapsed >= timeout_ms) {
@@ -181,6 +185,8 @@ class PmixDirectory final : public Directory {
     }
   }
 
+  void cancel_waits() override { cancelled_.store(true, std::memory_order_release); }
+
   Status unpublish(const std::string& key) override {
     ACCRUN_RETURN_IF_ERROR(check(key));
     char* keys[2] = {const_cast<char*>(key.c_str()), nullptr};
@@ -191,6 +197,8 @@ class PmixDirectory final : public Directory {
   }
 
  private:
+  std::atomic<bool> cancelled_{false};  // cancel_waits()
+
   static Status check(const std::string& key) {
     if (key.size() > PMIX_MAX_KEYLEN)
       return invalid_argument("name too long for the PMIx directory (" + std::to_string(key.size()) +

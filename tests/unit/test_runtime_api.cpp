@@ -251,6 +251,62 @@ TEST(RuntimeApi, LastErrorIsPerThread) {
   EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS);
 }
 
+// Threads that keep calling do not starve accrun_finalize (before: it
+// waited for ever behind their shared hold of the library's state, 3 of 3
+// with two such threads); their calls after it fail as documented.
+TEST(RuntimeApi, FinalizeIsNotStarvedByThreadsThatKeepCalling) {
+  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS) << accrun_last_error();
+  std::atomic<bool> stop{false};
+  std::atomic<int> after{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t)
+    callers.emplace_back([&] {
+      char b[8];
+      std::size_t len = 0;
+      while (!stop.load())
+        if (accrun_get("flag", b, sizeof b, &len, 0) == ACCRUN_ERR_INVALID_USAGE) {
+          ++after;
+          break;
+        }
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::atomic<bool> finalized{false};
+  std::thread fin([&] {
+    EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS) << accrun_last_error();
+    finalized = true;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!finalized.load() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(finalized.load()) << "accrun_finalize did not return within 5 s";
+  stop = true;  // (so a starved finalize ends and the test too)
+  fin.join();
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(after.load(), 4) << "every caller's next call fails once finalize ran";
+}
+
+// A get that waits for ever (timeout -1) does not hold finalize up: it
+// ends with ACCRUN_ERR_INVALID_USAGE saying why (before: finalize waited
+// for ever).
+TEST(RuntimeApi, FinalizeEndsAGetThatWaitsForAKey) {
+  ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS) << accrun_last_error();
+  int rc = -1;
+  std::string why;
+  std::thread waiter([&] {
+    char b[8];
+    std::size_t len = 0;
+    rc = accrun_get("never", b, sizeof b, &len, -1);
+    why = accrun_last_error();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(accrun_finalize(), ACCRUN_SUCCESS) << accrun_last_error();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  waiter.join();
+  EXPECT_EQ(rc, ACCRUN_ERR_INVALID_USAGE);
+  EXPECT_NE(why.find("accrun_finalize was called while this call waited"), std::string::npos) << why;
+}
+
 TEST(RuntimeApi, GroupsFromSeveralThreads) {
   ASSERT_EQ(accrun_init(), ACCRUN_SUCCESS);
   std::vector<std::thread> ts;

@@ -361,6 +361,7 @@ class CountingDirectory final : public Directory {
     return inner.lookup(k, t);
   }
   Status unpublish(const std::string& k) override { return inner.unpublish(k); }
+  void cancel_waits() override { inner.cancel_waits(); }
   Result<std::vector<std::string>> lookup_all(const std::vector<std::string>& keys, int t) override {
     ++lookups;
     return inner.lookup_all(keys, t);
