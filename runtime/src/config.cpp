@@ -63,14 +63,15 @@ Result<std::uint64_t> parse_store_size(const std::string& s, std::uint64_t fs_by
   else if (unit == "G" || unit == "GB" || unit == "GIB") mult = 1024.0 * 1024 * 1024;
   else if (unit == "T" || unit == "TB" || unit == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
   else if (unit == "%") {
-    if (n <= 0 || n > 100) return invalid_argument("ACCRUN_STORE_SIZE='" + s + "': a percentage is 0-100");
+    if (n < 0 || n > 100) return invalid_argument("ACCRUN_STORE_SIZE='" + s + "': a percentage is 0-100");
     return static_cast<std::uint64_t>(static_cast<double>(fs_bytes) * n / 100.0);
   } else {
     return invalid_argument("ACCRUN_STORE_SIZE='" + s + "': unknown unit '" + v.substr(i) +
                             "' (use K, M, G, T or %)");
   }
   // 2^63 bytes and more cannot be counted (nor held by any host).
-  if (n * mult >= 9.2e18) return invalid_argument("ACCRUN_STORE_SIZE='" + s + "': too large (at most 8E, e.g. 2G)");
+  if (n * mult >= 9223372036854775808.0)
+    return invalid_argument("ACCRUN_STORE_SIZE='" + s + "': too large (less than 8388608T, 2^63 bytes; e.g. 2G)");
   return static_cast<std::uint64_t>(std::llround(n * mult));
 }
 

@@ -160,8 +160,13 @@ TEST(RuntimeConfig, StoreSizeSyntax) {
   EXPECT_EQ(parse_store_size("12Q", 0).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(parse_store_size("lots", 0).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(parse_store_size("150%", 0).status().code(), Code::kInvalidArgument);
-  for (const char* bad : {"1.2.3K", ".", "..M", "99999999999999999999999T", "8192P"})
+  for (const char* bad : {"1.2.3K", ".", "..M", "99999999999999999999999T", "8192P", "8388608T"})
     EXPECT_EQ(parse_store_size(bad, 0).status().code(), Code::kInvalidArgument) << bad;
+  // What the messages say is what is taken: 0% as 0 is (the percentage is
+  // 0-100), and the largest size is just under 2^63 bytes.
+  EXPECT_EQ(parse_store_size("0%", 1000).value(), 0u);
+  EXPECT_EQ(parse_store_size("8388607T", 0).value(), 8388607ull << 40);
+  EXPECT_NE(parse_store_size("8388608T", 0).status().message().find("less than 8388608T"), std::string::npos);
 }
 
 TEST(RuntimeConfig, GroupInitTimeoutIsAFiniteTimeAboveZero) {
