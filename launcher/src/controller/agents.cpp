@@ -489,10 +489,11 @@ Status AgentSet::wait_for_hellos() {
   // Hosts that failed for the same reason (one srun step for all of them,
   // one unreachable network) are named together; at most four reasons.
   std::vector<std::pair<std::string, std::vector<std::string>>> reasons;
-  for (const auto& [index, reason] : failed_) {
+  for (const auto& failed : failed_) {
+    const std::string& reason = failed.second;
     auto same = std::find_if(reasons.begin(), reasons.end(), [&](const auto& r) { return r.first == reason; });
     if (same == reasons.end()) same = reasons.insert(reasons.end(), {reason, {}});
-    same->second.push_back(config_.hosts[index]);
+    same->second.push_back(config_.hosts[failed.first]);
   }
   std::string why;
   for (std::size_t r = 0; r < reasons.size() && r < 4; ++r) {
