@@ -189,15 +189,20 @@ struct SlurmEnv {
 
 // -H or a hostfile inside an allocation: its nodes are reached by the srun
 // step as the allocation's are (before: by ssh, which compute nodes may
-// refuse), compared without case; a login node is not allocated, so
-// "localhost" there is refused like its own name.
+// refuse), spelt as Slurm spells them (srun takes no other); a login node
+// is not allocated, so "localhost" there is refused like its own name.
 TEST(SlurmAllocation, HostsGivenInsideItAreReachedBySrunAndCheckedWithoutCase) {
   // (This machine is not h1 or h2: a login node.)
   SlurmEnv env({"SLURM_JOB_ID=99", "SLURM_JOB_NODELIST=h[1-2]", "SLURM_JOB_CPUS_PER_NODE=2(x2)"});
   Options o;
-  o.host_list = "H1:2,h2:2";
+  o.host_list = "h1:2,h2:2";
   ASSERT_TRUE(apply_slurm_allocation(o, env.envp()).is_ok());
   EXPECT_EQ(o.launch_agent, kSrunLaunchAgent);
+  Options spelt;
+  spelt.host_list = "H1:2";
+  Status wrong = apply_slurm_allocation(spelt, env.envp());
+  EXPECT_EQ(wrong.code(), Code::kInvalidArgument);
+  EXPECT_NE(wrong.message().find("Slurm spells it h1"), std::string::npos) << wrong.message();
   Options own;
   own.host_list = "h1:1";
   own.launch_agent = "ssh -F cfg";

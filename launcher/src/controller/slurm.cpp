@@ -21,9 +21,9 @@ const char* lookup(char** envp, const char* name) {
   return nullptr;
 }
 
-// How a node is compared with the allocation's: its first label, in lower
-// case (host names ignore case).
-std::string short_name(const std::string& s) { return ascii_lower(s.substr(0, s.find('.'))); }
+// How a node is compared with the allocation's: its first label, exactly
+// (srun's --nodelist takes Slurm's spelling only).
+std::string short_name(const std::string& s) { return s.substr(0, s.find('.')); }
 
 }  // namespace
 
@@ -69,9 +69,13 @@ Status apply_slurm_allocation(Options& options, char** envp) {
     if (!entries) return Status();  // the planner reports it
     const bool here_allocated = allocated.count(short_name(this_hostname(detect_config(options, envp)))) > 0;
     std::string others;
-    for (const auto& e : *entries)
-      if (!(here_allocated && names_this_host(e.name, "localhost")) && !allocated.count(short_name(e.name)))
-        others += (others.empty() ? "" : ", ") + e.name + " (" + e.origin + ")";
+    for (const auto& e : *entries) {
+      if ((here_allocated && names_this_host(e.name, "localhost")) || allocated.count(short_name(e.name))) continue;
+      others += (others.empty() ? "" : ", ") + e.name + " (" + e.origin + ")";
+      for (const auto& n : allocated)
+        if (ascii_lower(n) == ascii_lower(short_name(e.name)))
+          others += " (Slurm spells it " + n + ", and srun takes only that)";
+    }
     if (!others.empty())
       return invalid_argument("inside Slurm job " + std::string(job) + ", these hosts are not allocated to it: " +
                               others + "; the allocation has " + list);

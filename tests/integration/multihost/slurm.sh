@@ -19,6 +19,13 @@ n=$(grep -cE "^\[h[1-4]:[0-7]\] rank=[0-7] size=8 shared=2 sum=36 expect=36$" <<
 [ "$n" = 8 ] && ok "8 ranks on the 4 allocated nodes, by direct launch" || bad "Open MPI inside salloc" "$out"
 for h in h1 h2 h3 h4; do check "ranks on $h" "^\[$h:" "$out"; done
 
+# -H inside the allocation: its nodes' agents come by the srun step too (the
+# default ssh reaches no host of the test bed: it has no test-bed config).
+out=$(salloc -N 2 -O --quiet "$accrun" -n 4 -H h1:2,h2:2 --tag-output hostname 2>&1)
+check "-H inside salloc: exit 0" "^0$" "$?"
+n=$(grep -cE "^\[(h1:[01]\] h1|h2:[23]\] h2)$" <<<"$out")
+[ "$n" = 4 ] && ok "-H inside salloc: the agents came by srun" || bad "-H inside salloc" "$out"
+
 out=$(salloc -N 4 --quiet "$accrun" -n 8 /bin/true 2>&1)
 check "more ranks than the allocation's slots: a clear refusal" "cannot place rank 4 of -n 8: the hosts have 4 slots \\(h1: 1, h2: 1, h3: 1, h4: 1\\)" "$out"
 
