@@ -138,7 +138,9 @@ Result<RuntimeConfig> read_config(const std::vector<std::string>& environment) {
   }
   // ACCRUN_<RESOURCE>_IDS / _TYPE / _FRACTION for every resource the launcher named.
   const std::string prefix = "ACCRUN_";
-  for (const auto& [name, value] : env) {
+  for (const auto& entry : env) {
+    const std::string& name = entry.first;  // (a plain reference: lambdas below use it)
+    const std::string& value = entry.second;
     if (name.rfind(prefix, 0) != 0) continue;
     auto suffix_is = [&](const std::string& suf) {
       return name.size() > prefix.size() + suf.size() &&
