@@ -291,15 +291,11 @@ void ObjectServer::accept_loop() {
         if (got > 0) take(reading.size() - 1);
         else if (got < 0) drop(reading.size() - 1, kInvalid);
         if (reading.size() > kMaxReading) {
-          // The oldest that has sent nothing goes (a rank sends its request
-          // with its connect), or else the oldest.
-          std::size_t gone = 0;
-          for (std::size_t k = 0; k < reading.size(); ++k)
-            if (reading[k].got == 0 && wire::silent(reading[k].fd)) {
-              gone = k;
-              break;
-            }
-          drop(gone, "sent no whole request while many others waited");
+          // (A rank sends its request with its connect.)
+          auto gone = wire::stranger_to_drop(reading.begin(), reading.end(), [](const Reading& r) {
+            return r.got == 0 && wire::silent(r.fd);
+          });
+          drop(static_cast<std::size_t>(gone - reading.begin()), "sent no whole request while many others waited");
         }
       }
     }

@@ -154,17 +154,13 @@ void TreeLinks::accept_children() {
       return stop_listening();
     }
     if (*fd < 0) return;
-    size_t strangers = 0;
-    Link* oldest = nullptr;
-    Link* oldest_silent = nullptr;
-    for (auto& l : links_) {
-      if (!l->conn.is_open() || l->is_parent || l->id >= 0) continue;
-      ++strangers;
-      if (oldest == nullptr) oldest = l.get();
-      if (oldest_silent == nullptr && !l->heard && wire::silent(l->conn.fd())) oldest_silent = l.get();
-    }
-    if (strangers >= kMaxStrangers)
-      drop(oldest_silent != nullptr ? *oldest_silent : *oldest, "too many connections waiting to prove the job's secret");
+    std::vector<Link*> strangers;  // oldest first
+    for (auto& l : links_)
+      if (l->conn.is_open() && !l->is_parent && l->id < 0) strangers.push_back(l.get());
+    if (strangers.size() >= kMaxStrangers)
+      drop(**wire::stranger_to_drop(strangers.begin(), strangers.end(),
+                                    [](const Link* l) { return !l->heard && wire::silent(l->conn.fd()); }),
+           "too many connections waiting to prove the job's secret");
     auto link = std::make_unique<Link>();
     link->peer = peer_owner(*fd).peer;
     link->conn = wire::Connection(*fd, kMaxPending);

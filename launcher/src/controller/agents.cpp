@@ -281,17 +281,12 @@ void AgentSet::accept_from(int listener) {
     if (fd < 0) return;
     // Past kMaxStrangers, the oldest that has sent nothing goes (an agent
     // answers the challenge at once; wire/strangers.hpp).
-    std::size_t strangers = 0;
-    Pending* oldest = nullptr;
-    Pending* oldest_silent = nullptr;
-    for (auto& q : pending_) {
-      if (q->fd < 0) continue;
-      ++strangers;
-      if (oldest == nullptr) oldest = q.get();
-      if (oldest_silent == nullptr && !q->heard && wire::silent(q->fd)) oldest_silent = q.get();
-    }
-    if (strangers >= kMaxStrangers) {
-      Pending* gone = oldest_silent != nullptr ? oldest_silent : oldest;
+    std::vector<Pending*> strangers;  // oldest first
+    for (auto& q : pending_)
+      if (q->fd >= 0) strangers.push_back(q.get());
+    if (strangers.size() >= kMaxStrangers) {
+      Pending* gone = *wire::stranger_to_drop(strangers.begin(), strangers.end(),
+                                              [](const Pending* q) { return !q->heard && wire::silent(q->fd); });
       refuse(gone->peer, "too many connections waiting to prove the job's secret");
       close(gone->fd);
       gone->fd = -1;

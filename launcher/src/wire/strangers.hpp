@@ -22,6 +22,16 @@ inline bool silent(int fd) {
   return ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) <= 0;
 }
 
+// Past a listener's limit, the stranger to let go: of [begin, end), oldest
+// first, the first for which silent_one() holds, else the first (end when
+// empty).  silent_one(stranger): it has sent nothing (see silent()).
+template <class It, class SilentOne>
+It stranger_to_drop(It begin, It end, SilentOne silent_one) {
+  for (It i = begin; i != end; ++i)
+    if (silent_one(*i)) return i;
+  return begin;
+}
+
 // Counts refusals: the line to print for the next one ("" once the first
 // kReportedRefusals were printed and the one saying so).
 class RefusalLog {
