@@ -157,6 +157,7 @@ class World {
   // The same with the store's knobs set (buffer bounds, ring sizes, ...).
   void run(const GroupSpec& g, const store::Tuning& t, const std::function<void(int, Backend&)>& body) {
     MemRendezvous rv;
+    rendezvous = &rv;
     std::vector<std::thread> threads;
     for (int r = 0; r < g.size; ++r) {
       threads.emplace_back([&, r] {
@@ -166,9 +167,11 @@ class World {
       });
     }
     for (auto& t : threads) t.join();
+    rendezvous = nullptr;
   }
 
   ShmDir dir;
+  MemRendezvous* rendezvous = nullptr;  // the running group's directory, while run() runs
   FakePeers peers;
 };
 

@@ -664,86 +664,70 @@ int listener_port(MemRendezvous& rv, int rank) {
 // of them is closed instead of holding a descriptor for good.
 TEST(StoreHostsTcp, IdleConnectionsAreClosedAndTheGroupGoesOn) {
   World w;
-  MemRendezvous rv;
-  GroupSpec g = on_hosts(spec("idlers", 2), "ab");
-  std::vector<std::thread> ranks;
   std::vector<int> idle;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      auto b = make_store_backend(w.context(g, r, &rv));
-      ASSERT_TRUE(b.is_ok()) << b.status().message();
-      const int port = listener_port(rv, 1);
-      ASSERT_GT(port, 0);
-      if (r == 0) {
-        // In batches the listener's backlog (128) takes while rank 1 waits.
-        for (int batch = 0; batch < 8; ++batch) {
-          for (int fd : accrun::testing::open_idle(static_cast<std::uint16_t>(port), 50)) idle.push_back(fd);
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        ASSERT_EQ(idle.size(), 400u);
-      }
-      for (int i = 0; i < 200; ++i) {  // 4 s and more
-        double v = i, sum = 0;
-        Status st = (*b)->allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr);
-        ASSERT_TRUE(st.is_ok()) << "rank " << r << ", call " << i << ": " << st.message();
-        ASSERT_EQ(sum, 2.0 * i);
+  w.run(on_hosts(spec("idlers", 2), "ab"), [&](int r, Backend& b) {
+    const int port = listener_port(*w.rendezvous, 1);
+    ASSERT_GT(port, 0);
+    if (r == 0) {
+      // In batches the listener's backlog (128) takes while rank 1 waits.
+      for (int batch = 0; batch < 8; ++batch) {
+        for (int fd : accrun::testing::open_idle(static_cast<std::uint16_t>(port), 50)) idle.push_back(fd);
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
-      // While rank 1's group lives (it waits in this allreduce).
-      if (r == 0) {
-        const std::size_t closed = accrun::testing::closed_by_peer(idle);
-        EXPECT_EQ(closed, idle.size());
-      }
-      double v = 1, sum = 0;
-      ASSERT_TRUE((*b)->allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr).is_ok());
-    });
-  }
-  for (auto& t : ranks) t.join();
+      ASSERT_EQ(idle.size(), 400u);
+    }
+    for (int i = 0; i < 200; ++i) {  // 4 s and more
+      double v = i, sum = 0;
+      Status st = b.allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr);
+      ASSERT_TRUE(st.is_ok()) << "rank " << r << ", call " << i << ": " << st.message();
+      ASSERT_EQ(sum, 2.0 * i);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    // While rank 1's group lives (it waits in this allreduce).
+    if (r == 0) {
+      const std::size_t closed = accrun::testing::closed_by_peer(idle);
+      EXPECT_EQ(closed, idle.size());
+    }
+    double v = 1, sum = 0;
+    ASSERT_TRUE(b.allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr).is_ok());
+  });
 }
 
 TEST(StoreHostsTcp, AConnectionWithoutTheTokenIsRefusedAndTheGroupGoesOn) {
   World w;
-  MemRendezvous rv;
-  GroupSpec g = on_hosts(spec("intruder", 2), "ab");
-  std::vector<std::thread> ranks;
   std::atomic<int> done{0};
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      auto b = make_store_backend(w.context(g, r, &rv));
-      ASSERT_TRUE(b.is_ok()) << b.status().message();
-      // Rank 1's listener is attacked before the first call.
-      const int port = listener_port(rv, 1);
-      ASSERT_GT(port, 0);
-      if (r == 0) {
-        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(static_cast<std::uint16_t>(port));
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-        unsigned char hello[24] = {0x48, 0x48, 0x43, 0x41, 0, 0, 0, 0};  // the right magic, rank 0, a zero token
-        ASSERT_EQ(::write(fd, hello, sizeof hello), static_cast<ssize_t>(sizeof hello));
-        for (int i = 0; i < 5; ++i) {
-          double v = i, sum = 0;
-          ASSERT_TRUE((*b)->allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr).is_ok());
-          ASSERT_EQ(sum, 2.0 * i);
-        }
-        // Rank 1 closed the intruder's connection.
-        pollfd p{fd, POLLIN, 0};
-        ASSERT_EQ(::poll(&p, 1, 5000), 1);
-        char c;
-        EXPECT_EQ(::read(fd, &c, 1), 0);
-        ::close(fd);
-      } else {
-        for (int i = 0; i < 5; ++i) {
-          double v = i, sum = 0;
-          ASSERT_TRUE((*b)->allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr).is_ok());
-        }
+  w.run(on_hosts(spec("intruder", 2), "ab"), [&](int r, Backend& b) {
+    // Rank 1's listener is attacked before the first call.
+    const int port = listener_port(*w.rendezvous, 1);
+    ASSERT_GT(port, 0);
+    if (r == 0) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<std::uint16_t>(port));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+      unsigned char hello[24] = {0x48, 0x48, 0x43, 0x41, 0, 0, 0, 0};  // the right magic, rank 0, a zero token
+      ASSERT_EQ(::write(fd, hello, sizeof hello), static_cast<ssize_t>(sizeof hello));
+      for (int i = 0; i < 5; ++i) {
+        double v = i, sum = 0;
+        ASSERT_TRUE(b.allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr).is_ok());
+        ASSERT_EQ(sum, 2.0 * i);
       }
-      ++done;
-    });
-  }
-  for (auto& t : ranks) t.join();
+      // Rank 1 closed the intruder's connection.
+      pollfd p{fd, POLLIN, 0};
+      ASSERT_EQ(::poll(&p, 1, 5000), 1);
+      char c;
+      EXPECT_EQ(::read(fd, &c, 1), 0);
+      ::close(fd);
+    } else {
+      for (int i = 0; i < 5; ++i) {
+        double v = i, sum = 0;
+        ASSERT_TRUE(b.allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr).is_ok());
+      }
+    }
+    ++done;
+  });
   EXPECT_EQ(done.load(), 2);
 }
 

@@ -126,14 +126,31 @@ TEST(TreeLinks, RoundsGatherTheSubtreeGoUpOnceAndComeBackDown) {
   EXPECT_EQ(down_b[1], answer("*", "p2a2b2"));
 }
 
-TEST(TreeLinks, StrangersAreRefusedAndTheChildrenStillFence) {
+// A parent agent listening on loopback for its one child (agent 1), its
+// messages in err.
+struct ParentOfOne {
   wire::Secret secret = secret_of('s');
   Pipe err;
-  TreeLinks parent(secret, 0, "p", err.fd[1]), child(secret, 1, "c");
-  auto address = parent.listen("127.0.0.1", {1});
-  ASSERT_TRUE(address);
-  size_t colon = address->rfind(':');
-  uint16_t port = static_cast<uint16_t>(std::stoi(address->substr(colon + 1)));
+  TreeLinks parent{secret, 0, "p", err.fd[1]}, child{secret, 1, "c"};
+  std::string address;
+  uint16_t port = 0;
+  ParentOfOne() {
+    auto a = parent.listen("127.0.0.1", {1});
+    EXPECT_TRUE(a) << a.status().message();
+    if (!a) return;
+    address = *a;
+    port = static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+  }
+};
+
+TEST(TreeLinks, StrangersAreRefusedAndTheChildrenStillFence) {
+  ParentOfOne bed;
+  ASSERT_NE(bed.port, 0);
+  wire::Secret& secret = bed.secret;
+  Pipe& err = bed.err;
+  TreeLinks &parent = bed.parent, &child = bed.child;
+  const std::string& address = bed.address;
+  const uint16_t port = bed.port;
 
   // Garbage instead of a handshake.
   auto raw = wire::connect_tcp("127.0.0.1", port, 1000ms);
@@ -146,17 +163,17 @@ TEST(TreeLinks, StrangersAreRefusedAndTheChildrenStillFence) {
 
   // The wrong secret: the joiner fails, the parent says so.
   TreeLinks wrong(secret_of('w'), 1, "w");
-  EXPECT_FALSE(join(parent, wrong, *address));
+  EXPECT_FALSE(join(parent, wrong, address));
   EXPECT_NE(err.read_all().find("refused a connection"), std::string::npos);
 
   // The right secret, but an agent this one did not start.
   TreeLinks other(secret, 7, "o");
-  ASSERT_TRUE(join(parent, other, *address));
+  ASSERT_TRUE(join(parent, other, address));
   pump(parent, 100ms);
   EXPECT_NE(err.read_all().find("agent 7 is not one this agent started"), std::string::npos);
 
   // The real child joins and fences as if nothing happened.
-  ASSERT_TRUE(join(parent, child, *address));
+  ASSERT_TRUE(join(parent, child, address));
   std::vector<std::string> up;
   parent.carry_fences({1}, [&](std::string p) { up.push_back(std::move(p)); }, [](std::string_view) {});
   child.carry_fences({}, [](std::string) {}, [](std::string_view) {});
@@ -168,7 +185,7 @@ TEST(TreeLinks, StrangersAreRefusedAndTheChildrenStillFence) {
   // Every child has joined: the parent listens no more, so a second join
   // by the same agent finds nobody; the first link stays.
   TreeLinks again(secret, 1, "c2");
-  EXPECT_FALSE(join(parent, again, *address));
+  EXPECT_FALSE(join(parent, again, address));
   child.contribute("pmi:*", "c");
   parent.contribute("pmi:*", "p");
   pump(parent, 100ms);
@@ -179,16 +196,16 @@ TEST(TreeLinks, StrangersAreRefusedAndTheChildrenStillFence) {
 // right behind a child, more than the parent keeps waiting: the silent ones
 // go, the child joins, and only the first refusals are reported.
 TEST(TreeLinks, AFloodOfSilentConnectionsNeitherPushesOutAChildNorFloodsTheLog) {
-  wire::Secret secret = secret_of('s');
-  Pipe err;
-  TreeLinks parent(secret, 0, "p", err.fd[1]), child(secret, 1, "c");
-  auto address = parent.listen("127.0.0.1", {1});
-  ASSERT_TRUE(address);
-  const auto port = static_cast<uint16_t>(std::stoi(address->substr(address->rfind(':') + 1)));
+  ParentOfOne bed;
+  ASSERT_NE(bed.port, 0);
+  Pipe& err = bed.err;
+  TreeLinks &parent = bed.parent, &child = bed.child;
+  const std::string& address = bed.address;
+  const uint16_t port = bed.port;
   std::vector<int> idle = testing::open_idle(port, 63);
   pump(parent, 100ms);
   Status joined = invalid_usage("not run");
-  std::thread t([&] { joined = child.join(*address, 5000ms); });
+  std::thread t([&] { joined = child.join(address, 5000ms); });
   std::this_thread::sleep_for(50ms);  // the child's connection is in the backlog
   for (int fd : testing::open_idle(port, 120)) idle.push_back(fd);
   pump(parent, 500ms);
