@@ -351,7 +351,12 @@ Status ShmTransport::cma_read(int q, char* dst, std::uint64_t addr, std::size_t 
       return remote_error(where() + ": " + op + ": peer group rank " + std::to_string(q) + " (pid " +
                           std::to_string(pid) + ") is gone");
     }
-    if (n <= 0) return system_error(where() + ": " + op + ": process_vm_readv from group rank " + std::to_string(q));
+    if (n <= 0) {
+      // A member that gave up on the call (a peer elsewhere failed) may have
+      // freed the buffer being read (EFAULT): its reason is the error.
+      ACCRUN_RETURN_IF_ERROR(check_peer(q, op));
+      return system_error(where() + ": " + op + ": process_vm_readv from group rank " + std::to_string(q));
+    }
     dst += n;
     addr += static_cast<std::uint64_t>(n);
     len -= static_cast<std::size_t>(n);
