@@ -1,13 +1,18 @@
 #include "object_store.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/random.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "accrun/object_wire.hpp"
 #include "config.hpp"
@@ -16,8 +21,18 @@
 namespace accrun::runtime {
 namespace {
 
-constexpr std::size_t kSegmentSize = 4096;
 constexpr std::size_t kMaxKeyLen = 256;
+// The segment: the counter at offset 0 (all the agent maps), then from
+// kSlotsAt the journal's slots, kSlotBytes apart.
+constexpr std::size_t kSlotsAt = 4096;
+constexpr std::size_t kSlotBytes = 512;
+constexpr int kSlots = 64;
+constexpr std::size_t kSegmentSize = kSlotsAt + kSlots * kSlotBytes;
+
+// A slot's step.
+constexpr std::uint32_t kFree = 0;
+constexpr std::uint32_t kPutting = 1;   // bytes reserved; the file may exist; the key may be published
+constexpr std::uint32_t kUnlinked = 2;  // a delete unlinked the file; the key may still be published
 
 std::string meta_key(const std::string& key) { return "accrun.s/" + escape_key_component(key); }
 
@@ -80,7 +95,126 @@ std::string human(std::uint64_t n) {
   return buf;
 }
 
+// Sets one byte's open-file-description lock: F_WRLCK, F_UNLCK, or (get)
+// asks whether another description holds it.
+bool slot_lock(int fd, int i, short type, bool get = false) {
+  struct flock fl {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(kSlotsAt + static_cast<std::size_t>(i) * kSlotBytes);
+  fl.l_len = 1;
+  if (!get) return ::fcntl(fd, F_OFD_SETLK, &fl) == 0;
+  if (::fcntl(fd, F_OFD_GETLK, &fl) != 0) return true;  // unknown: take it as held
+  return fl.l_type != F_UNLCK;
+}
+
 }  // namespace
+
+struct ObjectStore::Slot {
+  std::uint32_t step;
+  std::uint32_t key_len;
+  std::uint64_t len;
+  char file[objects::kMaxName + 1];
+  char key[kMaxKeyLen];
+};
+
+// The host's lock: this instance's mutex (flock does not tell its threads
+// apart), then flock on the segment, which the kernel drops if the process
+// dies holding it.
+class ObjectStore::HostLock {
+ public:
+  explicit HostLock(ObjectStore& s) : s_(s), mu_(s.lock_mu_) { lock_file(); }
+  ~HostLock() {
+    if (mu_.owns_lock()) ::flock(s_.fd_, LOCK_UN);
+  }
+  void unlock() {
+    ::flock(s_.fd_, LOCK_UN);
+    mu_.unlock();
+  }
+  void lock() {
+    mu_.lock();
+    lock_file();
+  }
+
+ private:
+  void lock_file() {
+    while (::flock(s_.fd_, LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
+  ObjectStore& s_;
+  std::unique_lock<std::mutex> mu_;
+};
+
+ObjectStore::Slot& ObjectStore::slot(int i) const {
+  static_assert(sizeof(Slot) <= kSlotBytes);
+  return *reinterpret_cast<Slot*>(static_cast<char*>(segment_) + kSlotsAt + static_cast<std::size_t>(i) * kSlotBytes);
+}
+
+int ObjectStore::claim(int step, const std::string& key, const std::string& file, std::uint64_t len) {
+  for (int i = 0; i < kSlots; ++i) {
+    Slot& sl = slot(i);
+    if (sl.step != kFree || !slot_lock(fd_, i, F_WRLCK)) continue;
+    sl.len = len;
+    sl.key_len = static_cast<std::uint32_t>(key.size());
+    std::memcpy(sl.key, key.data(), key.size());
+    std::memset(sl.file, 0, sizeof sl.file);
+    std::memcpy(sl.file, file.data(), std::min(file.size(), sizeof sl.file - 1));
+    sl.step = static_cast<std::uint32_t>(step);
+    mine_[static_cast<std::size_t>(i)] = true;
+    return i;
+  }
+  return -1;
+}
+
+void ObjectStore::release(int i) {
+  slot(i).step = kFree;
+  slot_lock(fd_, i, F_UNLCK);
+  mine_[static_cast<std::size_t>(i)] = false;
+}
+
+void ObjectStore::collect(bool recount) {
+  for (int i = 0; i < kSlots; ++i) {
+    Slot& sl = slot(i);
+    if (sl.step == kFree || mine_[static_cast<std::size_t>(i)] || slot_lock(fd_, i, F_WRLCK, true)) continue;
+    // Its process died.  Whether the key names its file decides.
+    const std::string key(sl.key, std::min<std::size_t>(sl.key_len, kMaxKeyLen));
+    const std::string file(sl.file, ::strnlen(sl.file, sizeof sl.file));
+    auto v = dir_.lookup(meta_key(key), 0);
+    if (!v && v.status().code() != Code::kNotFound) continue;  // the directory cannot say: later
+    Result<Meta> meta = v ? parse_meta(*v) : Result<Meta>(not_found(""));
+    const bool named = meta && meta->file == file && meta->host == opts_.host;
+    if (sl.step == kPutting && !named && objects::is_object_file(file)) {
+      ::unlink((opts_.shm_dir + "/" + file).c_str());  // a put that never published: its bytes go
+    } else if (sl.step == kUnlinked && named) {
+      (void)dir_.unpublish(meta_key(key));  // a delete that did not unpublish: its key goes
+    }
+    sl.step = kFree;
+    recount = true;
+  }
+  if (!recount) return;
+  // The bytes in use: every object file's, and the reservation of every
+  // put in progress in place of its file's (which it is still writing).
+  std::uint64_t total = 0;
+  std::vector<std::string> putting;
+  for (int i = 0; i < kSlots; ++i) {
+    const Slot& sl = slot(i);
+    if (sl.step != kPutting) continue;
+    total += sl.len;
+    putting.emplace_back(sl.file, ::strnlen(sl.file, sizeof sl.file));
+  }
+  if (DIR* d = ::opendir(opts_.shm_dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string_view name = e->d_name;
+      if (!objects::is_object_file(name)) continue;
+      if (std::find(putting.begin(), putting.end(), name) != putting.end()) continue;
+      struct stat st {};
+      if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+        total += static_cast<std::uint64_t>(st.st_size);
+    }
+    ::closedir(d);
+  }
+  counter().store(total);
+}
 
 Result<std::unique_ptr<ObjectStore>> ObjectStore::open(Directory& dir, StoreOptions opts) {
   struct statvfs fs {};
@@ -98,13 +232,20 @@ Result<std::unique_ptr<ObjectStore>> ObjectStore::open(Directory& dir, StoreOpti
     return st;
   }
   void* seg = ::mmap(nullptr, kSegmentSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int err = errno;
-  ::close(fd);
-  if (seg == MAP_FAILED) return system_error("object store: mmap " + path, err);
-  return std::unique_ptr<ObjectStore>(new ObjectStore(dir, std::move(opts), seg, *cap));
+  if (seg == MAP_FAILED) {
+    Status st = system_error("object store: mmap " + path);
+    ::close(fd);
+    return st;
+  }
+  std::unique_ptr<ObjectStore> store(new ObjectStore(dir, std::move(opts), fd, seg, *cap));
+  store->mine_.assign(kSlots, false);
+  return store;
 }
 
-ObjectStore::~ObjectStore() { ::munmap(segment_, kSegmentSize); }
+ObjectStore::~ObjectStore() {
+  ::munmap(segment_, kSegmentSize);
+  ::close(fd_);  // and with it this instance's locks
+}
 
 std::atomic_ref<std::uint64_t> ObjectStore::counter() const {
   return std::atomic_ref<std::uint64_t>(*static_cast<std::uint64_t*>(segment_));
@@ -119,37 +260,61 @@ Status ObjectStore::check_key(const std::string& key) {
   return Status::ok();
 }
 
+// A key whose metadata names a file of this host that is gone: a delete
+// whose process died before it unpublished.  Collecting the journal
+// unpublishes it (ok: the caller looks again).
+Status ObjectStore::heal_if_gone(const std::string& key) {
+  auto v = dir_.lookup(meta_key(key), 0);
+  if (!v) return v.status();
+  auto meta = parse_meta(*v);
+  if (!meta || meta->host != opts_.host) return invalid_usage("");
+  struct stat st {};
+  if (::stat((opts_.shm_dir + "/" + meta->file).c_str(), &st) == 0 || errno != ENOENT) return invalid_usage("");
+  HostLock lock(*this);
+  collect(false);
+  return Status::ok();
+}
+
 Status ObjectStore::put(const std::string& key, const void* buf, std::size_t len) {
   ACCRUN_RETURN_IF_ERROR(check_key(key));
   const std::string mk = meta_key(key);
-  if (dir_.lookup(mk, 0)) return invalid_usage("object '" + key + "' exists; objects are immutable (delete it first)");
-  // Reserve capacity first, so two racing puts cannot both squeeze in.
-  auto c = counter();
-  std::uint64_t cur = c.load();
-  do {
-    if (cur + len > capacity_ || cur + len < cur)
-      return no_memory("object store full: putting '" + key + "' (" + human(len) + ") with " +
-                       human(cur) + " of " + human(capacity_) +
-                       " in use on this host (raise ACCRUN_STORE_SIZE or delete objects)");
-  } while (!c.compare_exchange_weak(cur, cur + len));
-  auto release = [&] { c.fetch_sub(len); };
-
+  auto exists = [&] { return invalid_usage("object '" + key + "' exists; objects are immutable (delete it first)"); };
+  if (dir_.lookup(mk, 0) && (!heal_if_gone(key) || dir_.lookup(mk, 0))) return exists();
   auto token = random_token();
-  if (!token) {
-    release();
-    return token.status();
-  }
-  std::string file = "obj." + std::to_string(opts_.job_rank) + "." + std::to_string(::getpid()) + "." +
-                     std::to_string(next_file_.fetch_add(1)) + "." + *token;
-  std::string path = opts_.shm_dir + "/" + file;
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    Status st = system_error("object store: create " + path);
-    release();
-    return st;
+  if (!token) return token.status();
+  const std::string file = "obj." + std::to_string(opts_.job_rank) + "." + std::to_string(::getpid()) + "." +
+                           std::to_string(next_file_.fetch_add(1)) + "." + *token;
+  const std::string path = opts_.shm_dir + "/" + file;
+  // Reserve the bytes and a journal slot together, so two racing puts
+  // cannot both squeeze in and a put killed from here on is undone.  Full
+  // (or no slot free) first collects what dead processes left.
+  int at = -1;
+  {
+    HostLock lock(*this);
+    for (bool collected = false;;) {
+      const std::uint64_t cur = counter().load();
+      const bool fits = cur + len <= capacity_ && cur + len >= cur;
+      if (fits && (at = claim(kPutting, key, file, len)) >= 0) break;
+      if (!collected) {
+        collect(true);
+        collected = true;
+        continue;
+      }
+      if (!fits)
+        return no_memory("object store full: putting '" + key + "' (" + human(len) + ") with " + human(cur) +
+                         " of " + human(capacity_) + " in use on this host (raise ACCRUN_STORE_SIZE or delete objects)");
+      // Every slot is some live put's or delete's: wait for one.
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      lock.lock();
+      collected = false;
+    }
+    counter().fetch_add(len);
   }
   Status st;
-  if (len > 0) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) st = system_error("object store: create " + path);
+  if (fd >= 0 && len > 0) {
     // Allocate first: a full tmpfs says so here rather than with SIGBUS later.
     if (int e = ::posix_fallocate(fd, 0, static_cast<off_t>(len)); e != 0) {
       st = e == ENOSPC ? no_memory("object store: no space left in " + opts_.shm_dir + " for '" + key + "' (" + human(len) + ")")
@@ -164,18 +329,19 @@ Status ObjectStore::put(const std::string& key, const void* buf, std::size_t len
       else done += static_cast<std::size_t>(n);
     }
   }
-  ::close(fd);
+  if (fd >= 0) ::close(fd);
   if (st.is_ok()) {
     std::string meta = "host=" + opts_.host + "\nfile=" + file + "\nlen=" + std::to_string(len) + "\n";
     if (!opts_.server.empty()) meta += "server=" + opts_.server + "\n";
     st = dir_.publish(mk, meta);
-    if (!st && st.code() == Code::kInvalidUsage)
-      st = invalid_usage("object '" + key + "' exists; objects are immutable (delete it first)");
+    if (!st && st.code() == Code::kInvalidUsage) st = exists();
   }
+  HostLock lock(*this);
   if (!st) {
     ::unlink(path.c_str());
-    release();
+    counter().fetch_sub(len);
   }
+  release(at);
   return st;
 }
 
@@ -240,13 +406,25 @@ Status ObjectStore::remove(const std::string& key) {
     return Status::ok();
   }
   // unlink is the atomic step: of two racing deletes one frees the bytes.
-  std::string path = opts_.shm_dir + "/" + meta->file;
-  if (::unlink(path.c_str()) != 0) {
-    if (errno == ENOENT) return not_found("no object '" + key + "' (deleted already)");
-    return system_error("object store: unlink " + path);
+  // It, the counter and the journal change together under the host lock;
+  // the slot stays until the key is unpublished.
+  const std::string path = opts_.shm_dir + "/" + meta->file;
+  int at = -1;
+  {
+    HostLock lock(*this);
+    if (::unlink(path.c_str()) != 0) {
+      if (errno != ENOENT) return system_error("object store: unlink " + path);
+      collect(false);  // a dead delete's key is unpublished so
+      return not_found("no object '" + key + "' (deleted already)");
+    }
+    counter().fetch_sub(meta->len);
+    at = claim(kUnlinked, key, meta->file, 0);  // none free: this delete goes unjournalled
   }
-  counter().fetch_sub(meta->len);
   Status st = dir_.unpublish(mk);
+  if (at >= 0) {
+    HostLock lock(*this);
+    release(at);
+  }
   if (!st && st.code() != Code::kNotFound) return st.with_context("object store: unpublish '" + key + "'");
   return Status::ok();
 }

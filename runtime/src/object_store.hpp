@@ -8,14 +8,29 @@
 // create-if-absent.  A rank on another host reads or deletes the file
 // through the agent serving at "server" (object_fetch.hpp); the random hex
 // makes the file's name unguessable.  Bytes in use on a host are counted
-// in "store.accounting" (one 64-bit atomic counter, shared by the job's
-// processes on that host) against ACCRUN_STORE_SIZE.
+// in "store.accounting" (one 64-bit counter, shared by the job's processes
+// on that host) against ACCRUN_STORE_SIZE.
+//
+// A process killed in the middle of a put or a delete must not leave bytes
+// counted that no key names, nor a key that names a deleted file.  So the
+// same segment keeps a journal: a slot per put or delete in progress on the
+// host (its key, file, size and step), each slot write-locked (an
+// open-file-description lock, which the kernel drops when its process
+// dies) by the process that holds it.  Every change of the counter, and
+// every create or unlink of an object file that goes with one, happens
+// under the host's lock (flock on the segment; the agent takes it too).  A
+// slot in use whose lock is free belongs to a dead process; collect()
+// finishes or undoes its step and counts the host's bytes again from the
+// files.  It runs when a put finds the store full or the key's file gone,
+// and when a delete finds the file gone.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "directory.hpp"
 
@@ -49,16 +64,30 @@ class ObjectStore {
   std::uint64_t used() const;
 
  private:
-  ObjectStore(Directory& dir, StoreOptions opts, void* segment, std::uint64_t capacity)
-      : dir_(dir), opts_(std::move(opts)), segment_(segment), capacity_(capacity) {}
+  struct Slot;
+  class HostLock;
+  ObjectStore(Directory& dir, StoreOptions opts, int fd, void* segment, std::uint64_t capacity)
+      : dir_(dir), opts_(std::move(opts)), fd_(fd), segment_(segment), capacity_(capacity) {}
   std::atomic_ref<std::uint64_t> counter() const;
   static Status check_key(const std::string& key);
+  Slot& slot(int i) const;
+  // Under the host lock: a free slot, taken for this process (-1: none).
+  int claim(int step, const std::string& key, const std::string& file, std::uint64_t len);
+  void release(int i);  // under the host lock
+  // Under the host lock: finishes or undoes what dead processes left in the
+  // journal, then (when one did, or `recount`) sets the counter to the bytes
+  // of the host's object files and of the puts in progress.
+  void collect(bool recount);
+  Status heal_if_gone(const std::string& key);
 
   Directory& dir_;
   StoreOptions opts_;
+  int fd_;                   // store.accounting, open for the host lock and the slots' locks
   void* segment_;            // mapping of store.accounting
   std::uint64_t capacity_;
   std::atomic<std::uint64_t> next_file_{0};
+  std::mutex lock_mu_;       // the host lock's part inside this process
+  std::vector<bool> mine_;   // slots this instance holds (its own locks do not show to F_OFD_GETLK)
 };
 
 }  // namespace accrun::runtime

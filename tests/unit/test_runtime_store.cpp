@@ -2,7 +2,10 @@
 // in-memory directory, a private temporary directory, and several
 // ObjectStore instances standing in for several processes on one host.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <future>
@@ -105,6 +108,161 @@ TEST(RuntimeStore, FullStoreIsNoMemoryAndDeleteFrees) {
   EXPECT_NE(full.message().find("ACCRUN_STORE_SIZE"), std::string::npos);
   ASSERT_TRUE(a->remove("one").is_ok());
   EXPECT_TRUE(b->put("two", blob.data(), blob.size()).is_ok());
+}
+
+// A process killed in the middle of a put or a delete.  The child, a
+// forked process with its own ObjectStore on the same directory, stops for
+// good at one step of its directory's (publish or unpublish, before or
+// after it) and says so on a pipe, with what it published; the test then
+// kills it with SIGKILL.
+class StoppingDirectory final : public Directory {
+ public:
+  enum Stop { kBeforePublish, kAfterPublish, kBeforeUnpublish };
+  StoppingDirectory(Directory& inner, Stop stop, int tell) : inner_(inner), stop_(stop), tell_(tell) {}
+  Status publish(const std::string& key, const std::string& value) override {
+    if (stop_ == kBeforePublish) halt("");
+    Status st = inner_.publish(key, value);
+    if (stop_ == kAfterPublish) halt(key + "\n" + value);
+    return st;
+  }
+  Result<std::string> lookup(const std::string& key, int timeout_ms) override { return inner_.lookup(key, timeout_ms); }
+  Status unpublish(const std::string& key) override {
+    if (stop_ == kBeforeUnpublish) halt("");
+    return inner_.unpublish(key);
+  }
+  void cancel_waits() override {}
+
+ private:
+  [[noreturn]] void halt(const std::string& said) {
+    const std::string msg = said + '\0';
+    if (::write(tell_, msg.data(), msg.size()) < 0) _exit(9);
+    for (;;) ::pause();
+  }
+  Directory& inner_;
+  Stop stop_;
+  int tell_;
+};
+
+// Runs body(directory) in a child that stops where `stop` says; returns what
+// it said once it stopped, after killing it.
+template <class Body>
+std::string kill_at(Directory& parent_dir, StoppingDirectory::Stop stop, Body body) {
+  int p[2];
+  if (::pipe(p) != 0) return "pipe failed";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(p[0]);
+    StoppingDirectory dir(parent_dir, stop, p[1]);
+    body(dir);
+    _exit(8);  // it did not stop where it should have
+  }
+  ::close(p[1]);
+  std::string said;
+  char c;
+  while (::read(p[0], &c, 1) == 1 && c != '\0') said += c;
+  ::close(p[0]);
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  if (!WIFSIGNALED(status)) return "the child exited " + std::to_string(WEXITSTATUS(status)) + " before it stopped";
+  return said;
+}
+
+int object_files(const std::string& dir) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().rfind("obj.", 0) == 0) ++n;
+  return n;
+}
+
+TEST(RuntimeStore, APutKilledBeforeItPublishedGivesItsBytesBack) {
+  TempDir tmp;
+  MemoryDirectory dir;
+  auto a = open_store(dir, tmp.path(), 0, "64M");
+  std::vector<char> big(48 << 20, 'b');
+  const std::string said = kill_at(dir, StoppingDirectory::kBeforePublish, [&](Directory& d) {
+    auto s = ObjectStore::open(d, StoreOptions{tmp.path(), "h0", 1, "64M", ""});
+    if (s) (void)(*s)->put("big", big.data(), big.size());
+  });
+  ASSERT_EQ(said, "");
+  // Killed with its 48 MiB written and reserved, and no key naming them.
+  EXPECT_EQ(a->used(), big.size());
+  EXPECT_EQ(object_files(tmp.path()), 1);
+  // 32 MiB more fits once the dead put is undone: its file goes.
+  std::vector<char> other(32 << 20, 'o');
+  Status st = a->put("other", other.data(), other.size());
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(a->used(), other.size());
+  EXPECT_EQ(object_files(tmp.path()), 1);
+  std::size_t len = 0;
+  EXPECT_EQ(a->get("big", nullptr, 0, &len, 0).code(), Code::kNotFound);
+}
+
+TEST(RuntimeStore, APutKilledAfterItPublishedKeepsItsObject) {
+  TempDir tmp;
+  MemoryDirectory dir;
+  auto a = open_store(dir, tmp.path(), 0, "64M");
+  std::vector<char> big(48 << 20);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 131 >> 7);
+  const std::string said = kill_at(dir, StoppingDirectory::kAfterPublish, [&](Directory& d) {
+    auto s = ObjectStore::open(d, StoreOptions{tmp.path(), "h0", 1, "64M", ""});
+    if (s) (void)(*s)->put("big", big.data(), big.size());
+  });
+  // What the child published goes into the job's directory (the child's
+  // copy of it died with it).
+  const auto nl = said.find('\n');
+  ASSERT_NE(nl, std::string::npos) << said;
+  ASSERT_TRUE(dir.publish(said.substr(0, nl), said.substr(nl + 1)).is_ok());
+  // The object is whole and stays: the store is still full for 32 MiB more,
+  // and the look at the dead put's slot did not take its file.
+  std::vector<char> other(32 << 20, 'o');
+  EXPECT_EQ(a->put("other", other.data(), other.size()).code(), Code::kNoMemory);
+  EXPECT_EQ(a->used(), big.size());
+  std::vector<char> out(big.size());
+  std::size_t len = 0;
+  ASSERT_TRUE(a->get("big", out.data(), out.size(), &len, 0).is_ok());
+  EXPECT_EQ(len, big.size());
+  EXPECT_TRUE(out == big);
+  ASSERT_TRUE(a->remove("big").is_ok());
+  EXPECT_TRUE(a->put("other", other.data(), other.size()).is_ok());
+  EXPECT_EQ(a->used(), other.size());
+}
+
+TEST(RuntimeStore, ADeleteKilledBeforeItUnpublishedLeavesNoKeyBehind) {
+  TempDir tmp;
+  MemoryDirectory dir;
+  auto a = open_store(dir, tmp.path(), 0, "64M");
+  std::vector<char> blob(1 << 20, 'x');
+  ASSERT_TRUE(a->put("k", blob.data(), blob.size()).is_ok());
+  const std::string said = kill_at(dir, StoppingDirectory::kBeforeUnpublish, [&](Directory& d) {
+    auto s = ObjectStore::open(d, StoreOptions{tmp.path(), "h0", 1, "64M", ""});
+    if (s) (void)(*s)->remove("k");
+  });
+  ASSERT_EQ(said, "");
+  // Killed with the file unlinked and the key still published.
+  EXPECT_EQ(object_files(tmp.path()), 0);
+  EXPECT_EQ(a->used(), 0u);
+  std::size_t len = 0;
+  EXPECT_EQ(a->get("k", blob.data(), blob.size(), &len, 0).code(), Code::kNotFound);
+  // The key can be put again: the dead delete is finished.
+  const char two[] = "two";
+  Status st = a->put("k", two, sizeof two);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  char out[sizeof two] = {};
+  ASSERT_TRUE(a->get("k", out, sizeof out, &len, 0).is_ok());
+  EXPECT_STREQ(out, "two");
+  EXPECT_EQ(a->used(), sizeof two);
+  // And a delete of such a key says it is gone, and leaves none.
+  ASSERT_TRUE(a->remove("k").is_ok());
+  ASSERT_TRUE(a->put("k", blob.data(), blob.size()).is_ok());
+  const std::string said2 = kill_at(dir, StoppingDirectory::kBeforeUnpublish, [&](Directory& d) {
+    auto s = ObjectStore::open(d, StoreOptions{tmp.path(), "h0", 1, "64M", ""});
+    if (s) (void)(*s)->remove("k");
+  });
+  ASSERT_EQ(said2, "");
+  EXPECT_EQ(a->remove("k").code(), Code::kNotFound);
+  EXPECT_EQ(dir.size(), 0u);  // its key was unpublished
+  EXPECT_EQ(a->get("k", nullptr, 0, &len, 0).code(), Code::kNotFound);
 }
 
 TEST(RuntimeStore, GetWaitsForALaterPutOrTimesOut) {

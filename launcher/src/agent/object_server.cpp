@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -52,16 +53,28 @@ bool reply(int fd, objects::Reply code, std::uint64_t len) {
   return ::send(fd, h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(sizeof h);
 }
 
-// Gives a deleted object's bytes back to the host's store accounting, the
-// counter libaccrun keeps in "store.accounting" in the same directory.
-void release_bytes(int dir_fd, std::uint64_t len) {
+// Deletes an object file and gives its bytes back to the host's store
+// accounting, the counter libaccrun keeps in "store.accounting" in the same
+// directory, under the host's lock (flock on that file) as libaccrun does,
+// so a count of the host's files never sees one without the other (a rank
+// stopped while it holds the lock holds this server up 1 s at most: past
+// that it goes on without).  errno as unlinkat's on failure.
+bool delete_object(int dir_fd, const std::string& name, std::uint64_t len) {
   int fd = ::openat(dir_fd, "store.accounting", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return;  // no rank here ever opened the store: nothing counted
-  void* seg = ::mmap(nullptr, kAccountingSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (seg == MAP_FAILED) return;
-  std::atomic_ref<std::uint64_t>(*static_cast<std::uint64_t*>(seg)).fetch_sub(len);
-  ::munmap(seg, kAccountingSize);
+  if (fd < 0) return ::unlinkat(dir_fd, name.c_str(), 0) == 0;  // no rank here opened the store
+  for (int i = 0; i < 1000 && ::flock(fd, LOCK_EX | LOCK_NB) != 0; ++i) ::usleep(1000);
+  const bool ok = ::unlinkat(dir_fd, name.c_str(), 0) == 0;
+  const int err = errno;
+  if (ok) {
+    void* seg = ::mmap(nullptr, kAccountingSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (seg != MAP_FAILED) {
+      std::atomic_ref<std::uint64_t>(*static_cast<std::uint64_t*>(seg)).fetch_sub(len);
+      ::munmap(seg, kAccountingSize);
+    }
+  }
+  ::close(fd);  // and the lock
+  errno = err;
+  return ok;
 }
 
 std::string peer_of(int fd) {
@@ -217,10 +230,9 @@ void ObjectServer::accept_loop() {
     const auto size = static_cast<std::uint64_t>(st.st_size);
     if (op == objects::Op::kDelete) {
       // unlink is the atomic step: of two racing deletes, one frees the bytes.
-      if (::unlinkat(dir_fd_, name.c_str(), 0) != 0) {
+      if (!delete_object(dir_fd_, name, size)) {
         reply(fd, errno == ENOENT ? objects::Reply::kNotFound : objects::Reply::kFailed, 0);
       } else {
-        release_bytes(dir_fd_, size);
         reply(fd, objects::Reply::kOk, size);
       }
       ::close(file);
