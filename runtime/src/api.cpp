@@ -574,7 +574,9 @@ ACCRUN_API int accrun_init(void) {
     static std::once_flag fork_handler;
     std::call_once(fork_handler, [] {
       ::pthread_atfork(nullptr, nullptr, [] {
-        if (g_runtime != nullptr) rt::forked_child().store(true, std::memory_order_relaxed);
+        if (g_runtime == nullptr) return;
+        rt::forked_child().store(true, std::memory_order_relaxed);
+        if (g_runtime->store) g_runtime->store->after_fork();
       });
     });
     return Status::ok();

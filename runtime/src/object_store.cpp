@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/random.h>
@@ -26,13 +25,14 @@ constexpr std::size_t kMaxKeyLen = 256;
 // kSlotsAt the journal's slots, kSlotBytes apart.
 constexpr std::size_t kSlotsAt = 4096;
 constexpr std::size_t kSlotBytes = 512;
-constexpr int kSlots = 64;
+constexpr int kSlots = 256;
 constexpr std::size_t kSegmentSize = kSlotsAt + kSlots * kSlotBytes;
 
 // A slot's step.
 constexpr std::uint32_t kFree = 0;
-constexpr std::uint32_t kPutting = 1;   // bytes reserved; the file may exist; the key may be published
-constexpr std::uint32_t kUnlinked = 2;  // a delete unlinked the file; the key may still be published
+constexpr std::uint32_t kPutting = 1;   // bytes reserved; the file may exist, part written
+constexpr std::uint32_t kWritten = 2;   // the file whole; the key may be published (or on its way)
+constexpr std::uint32_t kUnlinked = 3;  // a delete unlinks the file (or has); the key may still be published
 
 std::string meta_key(const std::string& key) { return "accrun.s/" + escape_key_component(key); }
 
@@ -95,118 +95,222 @@ std::string human(std::uint64_t n) {
   return buf;
 }
 
-// Sets one byte's open-file-description lock: F_WRLCK, F_UNLCK, or (get)
-// asks whether another description holds it.
-bool slot_lock(int fd, int i, short type, bool get = false) {
+// Sets one byte's open-file-description lock (F_WRLCK or F_UNLCK); wait:
+// until it is free.
+bool byte_lock(int fd, std::size_t at, short type, bool wait = false) {
   struct flock fl {};
   fl.l_type = type;
   fl.l_whence = SEEK_SET;
-  fl.l_start = static_cast<off_t>(kSlotsAt + static_cast<std::size_t>(i) * kSlotBytes);
+  fl.l_start = static_cast<off_t>(at);
   fl.l_len = 1;
-  if (!get) return ::fcntl(fd, F_OFD_SETLK, &fl) == 0;
+  for (;;) {
+    if (::fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) == 0) return true;
+    if (errno != EINTR) return false;
+  }
+}
+
+// Whether another open file description holds the byte's lock.
+bool byte_held(int fd, std::size_t at) {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(at);
+  fl.l_len = 1;
   if (::fcntl(fd, F_OFD_GETLK, &fl) != 0) return true;  // unknown: take it as held
   return fl.l_type != F_UNLCK;
 }
 
+std::size_t slot_at(int i) { return kSlotsAt + static_cast<std::size_t>(i) * kSlotBytes; }
+
 }  // namespace
 
 struct ObjectStore::Slot {
-  std::uint32_t step;
+  std::uint32_t step;  // written last when taken, first when freed (atomic_ref)
   std::uint32_t key_len;
   std::uint64_t len;
   char file[objects::kMaxName + 1];
   char key[kMaxKeyLen];
 };
 
-// The host's lock: this instance's mutex (flock does not tell its threads
-// apart), then flock on the segment, which the kernel drops if the process
-// dies holding it.
+// The host's lock: this instance's mutex (an open file description's lock
+// does not tell its threads apart), then the segment's lock byte, which the
+// kernel lets go if the process dies holding it.
 class ObjectStore::HostLock {
  public:
-  explicit HostLock(ObjectStore& s) : s_(s), mu_(s.lock_mu_) { lock_file(); }
+  explicit HostLock(ObjectStore& s) : s_(s), mu_(s.lock_mu_) { take(); }
   ~HostLock() {
-    if (mu_.owns_lock()) ::flock(s_.fd_, LOCK_UN);
+    if (mu_.owns_lock()) byte_lock(s_.fd_, objects::kAccountingLockAt, F_UNLCK);
   }
   void unlock() {
-    ::flock(s_.fd_, LOCK_UN);
+    byte_lock(s_.fd_, objects::kAccountingLockAt, F_UNLCK);
     mu_.unlock();
   }
   void lock() {
     mu_.lock();
-    lock_file();
+    take();
   }
 
  private:
-  void lock_file() {
-    while (::flock(s_.fd_, LOCK_EX) != 0 && errno == EINTR) {
-    }
-  }
+  void take() { byte_lock(s_.fd_, objects::kAccountingLockAt, F_WRLCK, true); }
   ObjectStore& s_;
   std::unique_lock<std::mutex> mu_;
 };
 
 ObjectStore::Slot& ObjectStore::slot(int i) const {
   static_assert(sizeof(Slot) <= kSlotBytes);
-  return *reinterpret_cast<Slot*>(static_cast<char*>(segment_) + kSlotsAt + static_cast<std::size_t>(i) * kSlotBytes);
+  return *reinterpret_cast<Slot*>(static_cast<char*>(segment_) + slot_at(i));
 }
 
-int ObjectStore::claim(int step, const std::string& key, const std::string& file, std::uint64_t len) {
+std::atomic_ref<std::uint32_t> ObjectStore::step(int i) const { return std::atomic_ref<std::uint32_t>(slot(i).step); }
+
+int ObjectStore::claim(std::uint32_t step_now, const std::string& key, const std::string& file, std::uint64_t len) {
   for (int i = 0; i < kSlots; ++i) {
+    if (step(i).load() != kFree || !byte_lock(fd_, slot_at(i), F_WRLCK)) continue;
     Slot& sl = slot(i);
-    if (sl.step != kFree || !slot_lock(fd_, i, F_WRLCK)) continue;
     sl.len = len;
     sl.key_len = static_cast<std::uint32_t>(key.size());
     std::memcpy(sl.key, key.data(), key.size());
     std::memset(sl.file, 0, sizeof sl.file);
     std::memcpy(sl.file, file.data(), std::min(file.size(), sizeof sl.file - 1));
-    sl.step = static_cast<std::uint32_t>(step);
+    step(i).store(step_now, std::memory_order_release);  // a slot is taken once its fields are in
     mine_[static_cast<std::size_t>(i)] = true;
     return i;
   }
   return -1;
 }
 
+int ObjectStore::claim_waiting(HostLock& lock, std::uint32_t step_now, const std::string& key,
+                               const std::string& file, std::uint64_t len) {
+  for (int tries = 0;; ++tries) {
+    const int at = claim(step_now, key, file, len);
+    if (at >= 0) return at;
+    if (tries % 64 == 0) collect(lock, false);  // dead processes' slots first
+    // Every slot is some live put's or delete's: wait for one.
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(200 + 50 * std::min(tries, 40)));
+    lock.lock();
+  }
+}
+
 void ObjectStore::release(int i) {
-  slot(i).step = kFree;
-  slot_lock(fd_, i, F_UNLCK);
+  step(i).store(kFree, std::memory_order_release);
+  std::memset(slot(i).file, 0, sizeof slot(i).file);
+  byte_lock(fd_, slot_at(i), F_UNLCK);
   mine_[static_cast<std::size_t>(i)] = false;
 }
 
-void ObjectStore::collect(bool recount) {
+std::string ObjectStore::meta_of(const std::string& file, std::uint64_t len) const {
+  std::string meta = "host=" + opts_.host + "\nfile=" + file + "\nlen=" + std::to_string(len) + "\n";
+  if (!opts_.server.empty()) meta += "server=" + opts_.server + "\n";
+  return meta;
+}
+
+bool ObjectStore::file_exists(const std::string& file) const {
+  struct stat st {};
+  return ::stat((opts_.shm_dir + "/" + file).c_str(), &st) == 0 || errno != ENOENT;
+}
+
+void ObjectStore::collect(HostLock& lock, bool recount) {
+  // The slots of dead processes, taken over (their locks now this
+  // instance's, so no other collector takes them too).
+  struct Dead {
+    int at;
+    std::uint32_t step;
+    std::string key, file;
+    std::uint64_t len;
+  };
+  std::vector<Dead> dead;
   for (int i = 0; i < kSlots; ++i) {
-    Slot& sl = slot(i);
-    if (sl.step == kFree || mine_[static_cast<std::size_t>(i)] || slot_lock(fd_, i, F_WRLCK, true)) continue;
-    // Its process died.  Whether the key names its file decides.
-    const std::string key(sl.key, std::min<std::size_t>(sl.key_len, kMaxKeyLen));
-    const std::string file(sl.file, ::strnlen(sl.file, sizeof sl.file));
-    auto v = dir_.lookup(meta_key(key), 0);
-    if (!v && v.status().code() != Code::kNotFound) continue;  // the directory cannot say: later
-    Result<Meta> meta = v ? parse_meta(*v) : Result<Meta>(not_found(""));
-    const bool named = meta && meta->file == file && meta->host == opts_.host;
-    if (sl.step == kPutting && !named && objects::is_object_file(file)) {
-      ::unlink((opts_.shm_dir + "/" + file).c_str());  // a put that never published: its bytes go
-    } else if (sl.step == kUnlinked && named) {
-      (void)dir_.unpublish(meta_key(key));  // a delete that did not unpublish: its key goes
+    const std::uint32_t st = step(i).load(std::memory_order_acquire);
+    if (st == kFree || mine_[static_cast<std::size_t>(i)] || byte_held(fd_, slot_at(i)) ||
+        !byte_lock(fd_, slot_at(i), F_WRLCK))
+      continue;
+    const Slot& sl = slot(i);
+    mine_[static_cast<std::size_t>(i)] = true;
+    dead.push_back({i, st, std::string(sl.key, std::min<std::size_t>(sl.key_len, kMaxKeyLen)),
+                    std::string(sl.file, ::strnlen(sl.file, sizeof sl.file)), sl.len});
+  }
+  if (!dead.empty()) {
+    // What each left, finished or undone.  The directory's calls go
+    // without the host's lock (they may take a while); the files' changes
+    // and the slots' release with it.
+    std::vector<int> unlink_theirs(dead.size(), 0);  // 1: unlink the file; -1: leave the slot for later
+    std::vector<bool> exists(dead.size()), republished(dead.size());
+    for (std::size_t d = 0; d < dead.size(); ++d) exists[d] = file_exists(dead[d].file);
+    lock.unlock();
+    for (std::size_t d = 0; d < dead.size(); ++d) {
+      const Dead& x = dead[d];
+      const std::string mk = meta_key(x.key);
+      auto names_it = [&] {
+        auto v = dir_.lookup(mk, 0);
+        if (!v) return v.status().code() == Code::kNotFound ? 0 : -1;
+        auto m = parse_meta(*v);
+        return m && m->file == x.file && m->host == opts_.host ? 1 : 0;
+      };
+      if (x.step == kPutting) {
+        unlink_theirs[d] = 1;  // killed before its bytes were all written: never published
+      } else if (x.step == kWritten) {
+        // Its publish may have been made, or be on its way: make it (the
+        // same metadata), and keep the object unless another's is the key's.
+        if (!exists[d]) continue;  // deleted since it published
+        Status st = dir_.publish(mk, meta_of(x.file, x.len));
+        republished[d] = st.is_ok();
+        if (!st && st.code() != Code::kInvalidUsage) {
+          unlink_theirs[d] = -1;
+        } else if (!st) {
+          const int n = names_it();
+          unlink_theirs[d] = n < 0 ? -1 : n == 0 ? 1 : 0;
+        }
+      } else if (x.step == kUnlinked && !exists[d]) {
+        // A delete that had unlinked the file: its key goes too.
+        const int n = names_it();
+        if (n < 0) unlink_theirs[d] = -1;
+        else if (n == 1) (void)dir_.unpublish(mk);
+      }
     }
-    sl.step = kFree;
+    lock.lock();
+    // A delete may have taken a republished object's file meanwhile (and
+    // unpublished the key before this publish): then the key goes again.
+    std::vector<std::string> gone_again;
+    for (std::size_t d = 0; d < dead.size(); ++d)
+      if (republished[d] && !file_exists(dead[d].file)) gone_again.push_back(dead[d].key);
+    if (!gone_again.empty()) {
+      lock.unlock();
+      for (std::size_t d = 0; d < dead.size(); ++d) {
+        if (std::find(gone_again.begin(), gone_again.end(), dead[d].key) == gone_again.end()) continue;
+        auto v = dir_.lookup(meta_key(dead[d].key), 0);
+        auto m = v ? parse_meta(*v) : Result<Meta>(not_found(""));
+        if (m && m->file == dead[d].file) (void)dir_.unpublish(meta_key(dead[d].key));
+      }
+      lock.lock();
+    }
+    for (std::size_t d = 0; d < dead.size(); ++d) {
+      if (unlink_theirs[d] == 1 && objects::is_object_file(dead[d].file))
+        ::unlink((opts_.shm_dir + "/" + dead[d].file).c_str());
+      if (unlink_theirs[d] >= 0) {
+        release(dead[d].at);
+      } else {  // the directory could not say: the next collection looks again
+        byte_lock(fd_, slot_at(dead[d].at), F_UNLCK);
+        mine_[static_cast<std::size_t>(dead[d].at)] = false;
+      }
+    }
     recount = true;
   }
   if (!recount) return;
-  // The bytes in use: every object file's, and the reservation of every
-  // put in progress in place of its file's (which it is still writing).
+  // The bytes in use: every object file's, and in place of the file of a
+  // put still writing, its reservation.
   std::uint64_t total = 0;
-  std::vector<std::string> putting;
+  std::vector<std::string> writing;
   for (int i = 0; i < kSlots; ++i) {
+    if (step(i).load(std::memory_order_acquire) != kPutting) continue;
     const Slot& sl = slot(i);
-    if (sl.step != kPutting) continue;
     total += sl.len;
-    putting.emplace_back(sl.file, ::strnlen(sl.file, sizeof sl.file));
+    writing.emplace_back(sl.file, ::strnlen(sl.file, sizeof sl.file));
   }
   if (DIR* d = ::opendir(opts_.shm_dir.c_str())) {
     while (const dirent* e = ::readdir(d)) {
       const std::string_view name = e->d_name;
-      if (!objects::is_object_file(name)) continue;
-      if (std::find(putting.begin(), putting.end(), name) != putting.end()) continue;
+      if (!objects::is_object_file(name) || std::find(writing.begin(), writing.end(), name) != writing.end()) continue;
       struct stat st {};
       if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
         total += static_cast<std::uint64_t>(st.st_size);
@@ -214,6 +318,13 @@ void ObjectStore::collect(bool recount) {
     ::closedir(d);
   }
   counter().store(total);
+}
+
+void ObjectStore::after_fork() {
+  // The child's copy of the descriptor would keep the parent's locks held
+  // after the parent's death.
+  ::close(fd_);
+  fd_ = -1;
 }
 
 Result<std::unique_ptr<ObjectStore>> ObjectStore::open(Directory& dir, StoreOptions opts) {
@@ -232,9 +343,14 @@ Result<std::unique_ptr<ObjectStore>> ObjectStore::open(Directory& dir, StoreOpti
     return st;
   }
   void* seg = ::mmap(nullptr, kSegmentSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (seg == MAP_FAILED) {
-    Status st = system_error("object store: mmap " + path);
-    ::close(fd);
+  Status st = seg == MAP_FAILED ? system_error("object store: mmap " + path) : Status::ok();
+  ::close(fd);
+  // The locks go on a description of their own: a mapping holds the one it
+  // was made through, and a child forked without exec keeps the mapping.
+  if (st.is_ok() && (fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC)) < 0)
+    st = system_error("object store: open " + path);
+  if (!st) {
+    if (seg != MAP_FAILED) ::munmap(seg, kSegmentSize);
     return st;
   }
   std::unique_ptr<ObjectStore> store(new ObjectStore(dir, std::move(opts), fd, seg, *cap));
@@ -244,7 +360,7 @@ Result<std::unique_ptr<ObjectStore>> ObjectStore::open(Directory& dir, StoreOpti
 
 ObjectStore::~ObjectStore() {
   ::munmap(segment_, kSegmentSize);
-  ::close(fd_);  // and with it this instance's locks
+  if (fd_ >= 0) ::close(fd_);  // and with it this instance's locks
 }
 
 std::atomic_ref<std::uint64_t> ObjectStore::counter() const {
@@ -267,11 +383,9 @@ Status ObjectStore::heal_if_gone(const std::string& key) {
   auto v = dir_.lookup(meta_key(key), 0);
   if (!v) return v.status();
   auto meta = parse_meta(*v);
-  if (!meta || meta->host != opts_.host) return invalid_usage("");
-  struct stat st {};
-  if (::stat((opts_.shm_dir + "/" + meta->file).c_str(), &st) == 0 || errno != ENOENT) return invalid_usage("");
+  if (!meta || meta->host != opts_.host || file_exists(meta->file)) return invalid_usage("");
   HostLock lock(*this);
-  collect(false);
+  collect(lock, false);
   return Status::ok();
 }
 
@@ -286,29 +400,23 @@ Status ObjectStore::put(const std::string& key, const void* buf, std::size_t len
                            std::to_string(next_file_.fetch_add(1)) + "." + *token;
   const std::string path = opts_.shm_dir + "/" + file;
   // Reserve the bytes and a journal slot together, so two racing puts
-  // cannot both squeeze in and a put killed from here on is undone.  Full
-  // (or no slot free) first collects what dead processes left.
+  // cannot both squeeze in and a put killed from here on is undone.  A full
+  // store first collects what dead processes left.
   int at = -1;
   {
     HostLock lock(*this);
-    for (bool collected = false;;) {
+    at = claim_waiting(lock, kPutting, key, file, 0);
+    for (bool collected = false;; collected = true) {
       const std::uint64_t cur = counter().load();
-      const bool fits = cur + len <= capacity_ && cur + len >= cur;
-      if (fits && (at = claim(kPutting, key, file, len)) >= 0) break;
-      if (!collected) {
-        collect(true);
-        collected = true;
-        continue;
-      }
-      if (!fits)
+      if (cur + len <= capacity_ && cur + len >= cur) break;
+      if (collected) {
+        release(at);
         return no_memory("object store full: putting '" + key + "' (" + human(len) + ") with " + human(cur) +
                          " of " + human(capacity_) + " in use on this host (raise ACCRUN_STORE_SIZE or delete objects)");
-      // Every slot is some live put's or delete's: wait for one.
-      lock.unlock();
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      lock.lock();
-      collected = false;
+      }
+      collect(lock, true);
     }
+    slot(at).len = len;
     counter().fetch_add(len);
   }
   Status st;
@@ -331,9 +439,8 @@ Status ObjectStore::put(const std::string& key, const void* buf, std::size_t len
   }
   if (fd >= 0) ::close(fd);
   if (st.is_ok()) {
-    std::string meta = "host=" + opts_.host + "\nfile=" + file + "\nlen=" + std::to_string(len) + "\n";
-    if (!opts_.server.empty()) meta += "server=" + opts_.server + "\n";
-    st = dir_.publish(mk, meta);
+    step(at).store(kWritten, std::memory_order_release);
+    st = dir_.publish(mk, meta_of(file, len));
     if (!st && st.code() == Code::kInvalidUsage) st = exists();
   }
   HostLock lock(*this);
@@ -406,25 +513,23 @@ Status ObjectStore::remove(const std::string& key) {
     return Status::ok();
   }
   // unlink is the atomic step: of two racing deletes one frees the bytes.
-  // It, the counter and the journal change together under the host lock;
-  // the slot stays until the key is unpublished.
+  // It, the counter and the journal's slot change together under the host
+  // lock (the slot first); the slot stays until the key is unpublished.
   const std::string path = opts_.shm_dir + "/" + meta->file;
-  int at = -1;
-  {
-    HostLock lock(*this);
-    if (::unlink(path.c_str()) != 0) {
-      if (errno != ENOENT) return system_error("object store: unlink " + path);
-      collect(false);  // a dead delete's key is unpublished so
-      return not_found("no object '" + key + "' (deleted already)");
-    }
-    counter().fetch_sub(meta->len);
-    at = claim(kUnlinked, key, meta->file, 0);  // none free: this delete goes unjournalled
-  }
-  Status st = dir_.unpublish(mk);
-  if (at >= 0) {
-    HostLock lock(*this);
+  HostLock lock(*this);
+  const int at = claim_waiting(lock, kUnlinked, key, meta->file, 0);
+  if (::unlink(path.c_str()) != 0) {
+    const int err = errno;
     release(at);
+    if (err != ENOENT) return system_error("object store: unlink " + path, err);
+    collect(lock, false);  // a dead delete's key is unpublished so
+    return not_found("no object '" + key + "' (deleted already)");
   }
+  counter().fetch_sub(meta->len);
+  lock.unlock();
+  Status st = dir_.unpublish(mk);
+  lock.lock();
+  release(at);
   if (!st && st.code() != Code::kNotFound) return st.with_context("object store: unpublish '" + key + "'");
   return Status::ok();
 }

@@ -15,14 +15,14 @@
 // counted that no key names, nor a key that names a deleted file.  So the
 // same segment keeps a journal: a slot per put or delete in progress on the
 // host (its key, file, size and step), each slot write-locked (an
-// open-file-description lock, which the kernel drops when its process
-// dies) by the process that holds it.  Every change of the counter, and
-// every create or unlink of an object file that goes with one, happens
-// under the host's lock (flock on the segment; the agent takes it too).  A
-// slot in use whose lock is free belongs to a dead process; collect()
-// finishes or undoes its step and counts the host's bytes again from the
-// files.  It runs when a put finds the store full or the key's file gone,
-// and when a delete finds the file gone.
+// open-file-description lock on one byte, which the kernel drops when its
+// process dies) by the process that holds it.  Every change of the
+// counter, and a delete's unlink, happens under the host's lock (such a
+// lock on another byte; the agent takes it too).  A slot in use whose lock
+// is free belongs to a dead process: collect() finishes or undoes its step
+// and counts the host's bytes again from the files.  It runs when a put
+// finds the store full or the key's file gone, and when a delete finds the
+// file gone.
 #pragma once
 
 #include <atomic>
@@ -59,6 +59,9 @@ class ObjectStore {
   // for the size only.  A buffer too small is kInvalidArgument (*len set).
   Status get(const std::string& key, void* buf, std::size_t max_len, std::size_t* len, int timeout_ms);
   Status remove(const std::string& key);
+  // In a child forked without exec: lets go of the descriptor whose locks
+  // are the parent's (the child must not use the store).
+  void after_fork();
 
   std::uint64_t capacity() const { return capacity_; }
   std::uint64_t used() const;
@@ -71,18 +74,25 @@ class ObjectStore {
   std::atomic_ref<std::uint64_t> counter() const;
   static Status check_key(const std::string& key);
   Slot& slot(int i) const;
-  // Under the host lock: a free slot, taken for this process (-1: none).
-  int claim(int step, const std::string& key, const std::string& file, std::uint64_t len);
+  std::atomic_ref<std::uint32_t> step(int i) const;
+  // Under the host lock: a free slot taken for this instance at `step` (-1:
+  // none free), or (claim_waiting) the first that frees.
+  int claim(std::uint32_t step, const std::string& key, const std::string& file, std::uint64_t len);
+  int claim_waiting(HostLock& lock, std::uint32_t step, const std::string& key, const std::string& file,
+                    std::uint64_t len);
   void release(int i);  // under the host lock
-  // Under the host lock: finishes or undoes what dead processes left in the
-  // journal, then (when one did, or `recount`) sets the counter to the bytes
-  // of the host's object files and of the puts in progress.
-  void collect(bool recount);
+  // Under the host lock (let go meanwhile for the directory's calls):
+  // finishes or undoes what dead processes left in the journal, then (when
+  // there were any, or `recount`) sets the counter to the bytes of the
+  // host's object files, a put still writing counted by its reservation.
+  void collect(HostLock& lock, bool recount);
   Status heal_if_gone(const std::string& key);
+  std::string meta_of(const std::string& file, std::uint64_t len) const;
+  bool file_exists(const std::string& file) const;
 
   Directory& dir_;
   StoreOptions opts_;
-  int fd_;                   // store.accounting, open for the host lock and the slots' locks
+  int fd_;                   // store.accounting: its description holds this instance's locks
   void* segment_;            // mapping of store.accounting
   std::uint64_t capacity_;
   std::atomic<std::uint64_t> next_file_{0};

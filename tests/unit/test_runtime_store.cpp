@@ -3,6 +3,7 @@
 // ObjectStore instances standing in for several processes on one host.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -168,6 +169,21 @@ std::string kill_at(Directory& parent_dir, StoppingDirectory::Stop stop, Body bo
   return said;
 }
 
+// Puts `big` as "big" in a child that stops at `stop` and is killed there.
+std::string kill_putting(Directory& dir, const std::string& path, StoppingDirectory::Stop stop,
+                         const std::vector<char>& big) {
+  return kill_at(dir, stop, [&](Directory& d) {
+    auto s = ObjectStore::open(d, StoreOptions{path, "h0", 1, "64M", ""});
+    if (s) (void)(*s)->put("big", big.data(), big.size());
+  });
+}
+
+std::vector<char> pattern(std::size_t n) {
+  std::vector<char> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<char>(i * 131 >> 7);
+  return v;
+}
+
 int object_files(const std::string& dir) {
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir))
@@ -175,17 +191,25 @@ int object_files(const std::string& dir) {
   return n;
 }
 
-TEST(RuntimeStore, APutKilledBeforeItPublishedGivesItsBytesBack) {
+TEST(RuntimeStore, APutKilledWhileWritingGivesItsBytesBack) {
   TempDir tmp;
   MemoryDirectory dir;
   auto a = open_store(dir, tmp.path(), 0, "64M");
   std::vector<char> big(48 << 20, 'b');
-  const std::string said = kill_at(dir, StoppingDirectory::kBeforePublish, [&](Directory& d) {
-    auto s = ObjectStore::open(d, StoreOptions{tmp.path(), "h0", 1, "64M", ""});
+  // The child dies of SIGXFSZ in the put's first write past its file-size
+  // limit: bytes reserved, file made, nothing published.
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const rlimit fsize{1 << 20, 1 << 20}, core{0, 0};
+    ::setrlimit(RLIMIT_FSIZE, &fsize);
+    ::setrlimit(RLIMIT_CORE, &core);
+    auto s = ObjectStore::open(dir, StoreOptions{tmp.path(), "h0", 1, "64M", ""});
     if (s) (void)(*s)->put("big", big.data(), big.size());
-  });
-  ASSERT_EQ(said, "");
-  // Killed with its 48 MiB written and reserved, and no key naming them.
+    _exit(8);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ) << status;
   EXPECT_EQ(a->used(), big.size());
   EXPECT_EQ(object_files(tmp.path()), 1);
   // 32 MiB more fits once the dead put is undone: its file goes.
@@ -198,16 +222,80 @@ TEST(RuntimeStore, APutKilledBeforeItPublishedGivesItsBytesBack) {
   EXPECT_EQ(a->get("big", nullptr, 0, &len, 0).code(), Code::kNotFound);
 }
 
+// A rank that forked a worker (which lives on) dies during a put: the
+// worker's copy of the store's descriptor, let go at the fork, does not
+// keep the dead put's slot looking alive.
+TEST(RuntimeStore, AForkedChildDoesNotKeepADeadPutAlive) {
+  TempDir tmp;
+  MemoryDirectory dir;
+  auto a = open_store(dir, tmp.path(), 0, "64M");
+  std::vector<char> big(48 << 20, 'b');
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  const pid_t rank = ::fork();
+  if (rank == 0) {
+    ::close(p[0]);
+    auto s = ObjectStore::open(dir, StoreOptions{tmp.path(), "h0", 1, "64M", ""});
+    if (!s) _exit(7);
+    const pid_t worker = ::fork();
+    if (worker == 0) {
+      (*s)->after_fork();  // what libaccrun's fork handler does
+      ::sleep(30);
+      _exit(0);
+    }
+    if (::write(p[1], &worker, sizeof worker) != sizeof worker) _exit(6);
+    const rlimit fsize{1 << 20, 1 << 20}, core{0, 0};
+    ::setrlimit(RLIMIT_FSIZE, &fsize);
+    ::setrlimit(RLIMIT_CORE, &core);
+    (void)(*s)->put("big", big.data(), big.size());
+    _exit(8);
+  }
+  ::close(p[1]);
+  pid_t worker = -1;
+  ASSERT_EQ(::read(p[0], &worker, sizeof worker), static_cast<ssize_t>(sizeof worker));
+  ::close(p[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(rank, &status, 0), rank);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ) << status;
+  ASSERT_EQ(::kill(worker, 0), 0);  // the worker lives on
+  std::vector<char> other(32 << 20, 'o');
+  Status st = a->put("other", other.data(), other.size());
+  ::kill(worker, SIGKILL);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(a->used(), other.size());
+}
+
+TEST(RuntimeStore, APutKilledBeforeItPublishedIsPublishedForIt) {
+  TempDir tmp;
+  MemoryDirectory dir;
+  auto a = open_store(dir, tmp.path(), 0, "64M");
+  const std::vector<char> big = pattern(48 << 20);
+  const std::string said = kill_putting(dir, tmp.path(), StoppingDirectory::kBeforePublish, big);
+  ASSERT_EQ(said, "");
+  // Killed with its bytes whole and its key not (yet) published: the first
+  // put that finds the store full publishes it as the dead put would have
+  // (whose publish may still have been on its way), and is refused.
+  std::size_t len = 0;
+  EXPECT_EQ(a->get("big", nullptr, 0, &len, 0).code(), Code::kNotFound);
+  std::vector<char> other(32 << 20, 'o');
+  EXPECT_EQ(a->put("other", other.data(), other.size()).code(), Code::kNoMemory);
+  std::vector<char> out(big.size());
+  ASSERT_TRUE(a->get("big", out.data(), out.size(), &len, 0).is_ok());
+  EXPECT_EQ(len, big.size());
+  EXPECT_TRUE(out == big);
+  EXPECT_EQ(a->used(), big.size());
+  ASSERT_TRUE(a->remove("big").is_ok());
+  EXPECT_TRUE(a->put("other", other.data(), other.size()).is_ok());
+  EXPECT_EQ(a->used(), other.size());
+  EXPECT_EQ(object_files(tmp.path()), 1);
+}
+
 TEST(RuntimeStore, APutKilledAfterItPublishedKeepsItsObject) {
   TempDir tmp;
   MemoryDirectory dir;
   auto a = open_store(dir, tmp.path(), 0, "64M");
-  std::vector<char> big(48 << 20);
-  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 131 >> 7);
-  const std::string said = kill_at(dir, StoppingDirectory::kAfterPublish, [&](Directory& d) {
-    auto s = ObjectStore::open(d, StoreOptions{tmp.path(), "h0", 1, "64M", ""});
-    if (s) (void)(*s)->put("big", big.data(), big.size());
-  });
+  const std::vector<char> big = pattern(48 << 20);
+  const std::string said = kill_putting(dir, tmp.path(), StoppingDirectory::kAfterPublish, big);
   // What the child published goes into the job's directory (the child's
   // copy of it died with it).
   const auto nl = said.find('\n');

@@ -22,6 +22,12 @@ inline constexpr std::size_t kRequestHeader = 8;  // magic, op, 0, name_len
 inline constexpr std::size_t kReplyHeader = 16;   // code, 7 zeros, len
 inline constexpr std::size_t kMaxName = 128;
 inline constexpr std::size_t kTokenHex = 32;
+// The host's "store.accounting" in the job's directory, which libaccrun
+// keeps (runtime/src/object_store.hpp) and the agent updates when it
+// deletes an object for another host: the bytes in use, a uint64 at offset
+// 0, changed only under the host's lock, an open-file-description write
+// lock (F_OFD_SETLKW) on the byte at kAccountingLockAt.
+inline constexpr std::size_t kAccountingLockAt = 64;
 // The environment variable in which a rank's agent says where it serves:
 // "address:port[,address:port...]".
 inline constexpr const char* kServerEnv = "ACCRUN_OBJECT_SERVER";

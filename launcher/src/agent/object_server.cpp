@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -55,14 +54,20 @@ bool reply(int fd, objects::Reply code, std::uint64_t len) {
 
 // Deletes an object file and gives its bytes back to the host's store
 // accounting, the counter libaccrun keeps in "store.accounting" in the same
-// directory, under the host's lock (flock on that file) as libaccrun does,
-// so a count of the host's files never sees one without the other (a rank
+// directory, under the host's lock as libaccrun takes it (object_wire.hpp),
+// so a count of the host's files never sees one without the other.  A rank
 // stopped while it holds the lock holds this server up 1 s at most: past
-// that it goes on without).  errno as unlinkat's on failure.
+// that it goes on without (libaccrun's next count puts the counter right).
+// errno as unlinkat's on failure.
 bool delete_object(int dir_fd, const std::string& name, std::uint64_t len) {
   int fd = ::openat(dir_fd, "store.accounting", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return ::unlinkat(dir_fd, name.c_str(), 0) == 0;  // no rank here opened the store
-  for (int i = 0; i < 1000 && ::flock(fd, LOCK_EX | LOCK_NB) != 0; ++i) ::usleep(1000);
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(objects::kAccountingLockAt);
+  fl.l_len = 1;
+  for (int i = 0; i < 1000 && ::fcntl(fd, F_OFD_SETLK, &fl) != 0; ++i) ::usleep(1000);
   const bool ok = ::unlinkat(dir_fd, name.c_str(), 0) == 0;
   const int err = errno;
   if (ok) {
