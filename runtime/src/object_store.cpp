@@ -235,8 +235,11 @@ void ObjectStore::collect(HostLock& lock, bool recount) {
     // without the host's lock (they may take a while); the files' changes
     // and the slots' release with it.
     std::vector<int> unlink_theirs(dead.size(), 0);  // 1: unlink the file; -1: leave the slot for later
-    std::vector<bool> exists(dead.size()), republished(dead.size());
-    for (std::size_t d = 0; d < dead.size(); ++d) exists[d] = file_exists(dead[d].file);
+    std::vector<bool> exists(dead.size()), republished(dead.size()), deleting(dead.size());
+    for (std::size_t d = 0; d < dead.size(); ++d) {
+      exists[d] = file_exists(dead[d].file);
+      deleting[d] = deleted_by_another(dead[d].file);
+    }
     lock.unlock();
     for (std::size_t d = 0; d < dead.size(); ++d) {
       const Dead& x = dead[d];
@@ -249,10 +252,18 @@ void ObjectStore::collect(HostLock& lock, bool recount) {
       };
       if (x.step == kPutting) {
         unlink_theirs[d] = 1;  // killed before its bytes were all written: never published
+      } else if (x.step == kWritten && !exists[d]) {
+        // Deleted since it published (or since a collector, killed since,
+        // published for it): the key goes, unless a delete in progress
+        // here will unpublish it itself.
+        if (!deleting[d]) {
+          const int n = names_it();
+          if (n < 0) unlink_theirs[d] = -1;
+          else if (n == 1) (void)dir_.unpublish(mk);
+        }
       } else if (x.step == kWritten) {
         // Its publish may have been made, or be on its way: make it (the
         // same metadata), and keep the object unless another's is the key's.
-        if (!exists[d]) continue;  // deleted since it published
         Status st = dir_.publish(mk, meta_of(x.file, x.len));
         republished[d] = st.is_ok();
         if (!st && st.code() != Code::kInvalidUsage) {
@@ -271,9 +282,11 @@ void ObjectStore::collect(HostLock& lock, bool recount) {
     lock.lock();
     // A delete may have taken a republished object's file meanwhile (and
     // unpublished the key before this publish): then the key goes again.
+    // (Unless that delete is still here to unpublish it itself.)
     std::vector<std::string> gone_again;
     for (std::size_t d = 0; d < dead.size(); ++d)
-      if (republished[d] && !file_exists(dead[d].file)) gone_again.push_back(dead[d].key);
+      if (republished[d] && !file_exists(dead[d].file) && !deleted_by_another(dead[d].file))
+        gone_again.push_back(dead[d].key);
     if (!gone_again.empty()) {
       lock.unlock();
       for (std::size_t d = 0; d < dead.size(); ++d) {
@@ -296,6 +309,8 @@ void ObjectStore::collect(HostLock& lock, bool recount) {
     }
     recount = true;
   }
+  // The agent sets the flag when it deleted without the lock.
+  if (recount_flag().exchange(0) != 0) recount = true;
   if (!recount) return;
   // The bytes in use: every object file's, and in place of the file of a
   // put still writing, its reservation.
@@ -318,6 +333,14 @@ void ObjectStore::collect(HostLock& lock, bool recount) {
     ::closedir(d);
   }
   counter().store(total);
+}
+
+bool ObjectStore::deleted_by_another(const std::string& file) const {
+  for (int i = 0; i < kSlots; ++i)
+    if (!mine_[static_cast<std::size_t>(i)] && step(i).load(std::memory_order_acquire) == kUnlinked &&
+        ::strncmp(slot(i).file, file.c_str(), sizeof slot(i).file) == 0)
+      return true;
+  return false;
 }
 
 void ObjectStore::after_fork() {
@@ -363,6 +386,13 @@ ObjectStore::~ObjectStore() {
   if (fd_ >= 0) ::close(fd_);  // and with it this instance's locks
 }
 
+std::atomic_ref<std::uint64_t> ObjectStore::recount_flag() const {
+  return std::atomic_ref<std::uint64_t>(
+      *reinterpret_cast<std::uint64_t*>(static_cast<char*>(segment_) + objects::kAccountingRecountAt));
+}
+
+bool ObjectStore::recount_asked() const { return recount_flag().load() != 0; }
+
 std::atomic_ref<std::uint64_t> ObjectStore::counter() const {
   return std::atomic_ref<std::uint64_t>(*static_cast<std::uint64_t*>(segment_));
 }
@@ -406,6 +436,7 @@ Status ObjectStore::put(const std::string& key, const void* buf, std::size_t len
   {
     HostLock lock(*this);
     at = claim_waiting(lock, kPutting, key, file, 0);
+    if (recount_asked()) collect(lock, true);
     for (bool collected = false;; collected = true) {
       const std::uint64_t cur = counter().load();
       if (cur + len <= capacity_ && cur + len >= cur) break;
@@ -419,6 +450,23 @@ Status ObjectStore::put(const std::string& key, const void* buf, std::size_t len
     slot(at).len = len;
     counter().fetch_add(len);
   }
+  // From here the put either publishes or takes its bytes and slot back,
+  // also when something below throws.
+  struct Undo {
+    ObjectStore& s;
+    int at;
+    const std::string& path;
+    std::uint64_t len;
+    bool keep = false;
+    ~Undo() {
+      HostLock lock(s);
+      if (!keep) {
+        ::unlink(path.c_str());
+        s.counter().fetch_sub(len);
+      }
+      s.release(at);
+    }
+  } undo{*this, at, path, len};
   Status st;
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) st = system_error("object store: create " + path);
@@ -439,16 +487,18 @@ Status ObjectStore::put(const std::string& key, const void* buf, std::size_t len
   }
   if (fd >= 0) ::close(fd);
   if (st.is_ok()) {
+    const std::string meta = meta_of(file, len);
     step(at).store(kWritten, std::memory_order_release);
-    st = dir_.publish(mk, meta_of(file, len));
-    if (!st && st.code() == Code::kInvalidUsage) st = exists();
+    st = dir_.publish(mk, meta);
+    if (!st && st.code() == Code::kInvalidUsage) {
+      st = exists();
+    } else if (!st) {
+      // A publish that failed (a timeout, say) may have been made all the same.
+      auto v = dir_.lookup(mk, 0);
+      if (v && *v == meta) st = Status::ok();
+    }
   }
-  HostLock lock(*this);
-  if (!st) {
-    ::unlink(path.c_str());
-    counter().fetch_sub(len);
-  }
-  release(at);
+  undo.keep = st.is_ok();
   return st;
 }
 

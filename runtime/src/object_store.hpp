@@ -72,6 +72,7 @@ class ObjectStore {
   ObjectStore(Directory& dir, StoreOptions opts, int fd, void* segment, std::uint64_t capacity)
       : dir_(dir), opts_(std::move(opts)), fd_(fd), segment_(segment), capacity_(capacity) {}
   std::atomic_ref<std::uint64_t> counter() const;
+  std::atomic_ref<std::uint64_t> recount_flag() const;
   static Status check_key(const std::string& key);
   Slot& slot(int i) const;
   std::atomic_ref<std::uint32_t> step(int i) const;
@@ -88,6 +89,10 @@ class ObjectStore {
   void collect(HostLock& lock, bool recount);
   Status heal_if_gone(const std::string& key);
   std::string meta_of(const std::string& file, std::uint64_t len) const;
+  // Under the host lock: whether a delete this instance did not take over
+  // holds a slot for `file` (it unpublishes the key itself).
+  bool deleted_by_another(const std::string& file) const;
+  bool recount_asked() const;
   bool file_exists(const std::string& file) const;
 
   Directory& dir_;

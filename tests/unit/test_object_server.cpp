@@ -2,8 +2,9 @@
 // private directories; the first host's agent is a real ObjectServer on
 // 127.0.0.1, and ObjectStore instances with different host names stand in
 // for ranks on each host (accrun(7) THE OBJECT STORE).
-#include <gtest/gtest.h>
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -112,6 +113,33 @@ TEST(ObjectServer, DeleteFromAnotherHostFreesTheOwningHostsBytes) {
   EXPECT_NE(st.message().find("cannot reach host h1"), std::string::npos) << st.message();
   EXPECT_EQ(t.on_h1->used(), 10u);
   EXPECT_TRUE(t.on_h1->remove("k").is_ok());
+}
+
+// A rank stopped while it holds the host's store lock (here: the lock
+// byte taken through a descriptor of the test's own) holds a delete from
+// another host up a moment only; the bytes it frees are counted again by
+// the next put on the owning host.
+TEST(ObjectServer, ADeleteFromAnotherHostDoesNotWaitForAStoppedLockHolder) {
+  TwoHosts t;
+  ASSERT_TRUE(t.server && t.on_h0 && t.on_h1);
+  auto data = pattern(100000, 2);
+  ASSERT_TRUE(t.on_h0->put("k", data.data(), data.size()).is_ok());
+  const int fd = ::open((t.d0.path() + "/store.accounting").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(objects::kAccountingLockAt);
+  fl.l_len = 1;
+  ASSERT_EQ(::fcntl(fd, F_OFD_SETLK, &fl), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = t.on_h1->remove("k");
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ::close(fd);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_LT(took, std::chrono::seconds(2));
+  ASSERT_TRUE(t.on_h0->put("small", data.data(), 10).is_ok());
+  EXPECT_EQ(t.on_h0->used(), 10u);  // counted again
 }
 
 TEST(ObjectServer, AnObjectDeletedBeforeTheTransferIsNotFound) {

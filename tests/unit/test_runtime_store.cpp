@@ -160,12 +160,13 @@ std::string kill_at(Directory& parent_dir, StoppingDirectory::Stop stop, Body bo
   ::close(p[1]);
   std::string said;
   char c;
-  while (::read(p[0], &c, 1) == 1 && c != '\0') said += c;
+  bool stopped = false;
+  while (::read(p[0], &c, 1) == 1 && !(stopped = c == '\0')) said += c;
   ::close(p[0]);
   ::kill(child, SIGKILL);
   int status = 0;
   ::waitpid(child, &status, 0);
-  if (!WIFSIGNALED(status)) return "the child exited " + std::to_string(WEXITSTATUS(status)) + " before it stopped";
+  if (!stopped) return "the child ended (status " + std::to_string(status) + ") before it stopped";
   return said;
 }
 
@@ -196,8 +197,8 @@ TEST(RuntimeStore, APutKilledWhileWritingGivesItsBytesBack) {
   MemoryDirectory dir;
   auto a = open_store(dir, tmp.path(), 0, "64M");
   std::vector<char> big(48 << 20, 'b');
-  // The child dies of SIGXFSZ in the put's first write past its file-size
-  // limit: bytes reserved, file made, nothing published.
+  // The child dies of SIGXFSZ when the put allocates its file past the
+  // file-size limit: bytes reserved, file made, nothing written or published.
   const pid_t child = ::fork();
   if (child == 0) {
     const rlimit fsize{1 << 20, 1 << 20}, core{0, 0};
@@ -237,12 +238,17 @@ TEST(RuntimeStore, AForkedChildDoesNotKeepADeadPutAlive) {
     ::close(p[0]);
     auto s = ObjectStore::open(dir, StoreOptions{tmp.path(), "h0", 1, "64M", ""});
     if (!s) _exit(7);
+    int ready[2];
+    if (::pipe(ready) != 0) _exit(5);
     const pid_t worker = ::fork();
     if (worker == 0) {
       (*s)->after_fork();  // what libaccrun's fork handler does
+      if (::write(ready[1], "r", 1) != 1) _exit(1);
       ::sleep(30);
       _exit(0);
     }
+    char r;
+    if (::read(ready[0], &r, 1) != 1) _exit(4);
     if (::write(p[1], &worker, sizeof worker) != sizeof worker) _exit(6);
     const rlimit fsize{1 << 20, 1 << 20}, core{0, 0};
     ::setrlimit(RLIMIT_FSIZE, &fsize);
@@ -252,15 +258,21 @@ TEST(RuntimeStore, AForkedChildDoesNotKeepADeadPutAlive) {
   }
   ::close(p[1]);
   pid_t worker = -1;
-  ASSERT_EQ(::read(p[0], &worker, sizeof worker), static_cast<ssize_t>(sizeof worker));
+  const bool told = ::read(p[0], &worker, sizeof worker) == static_cast<ssize_t>(sizeof worker);
   ::close(p[0]);
+  struct KillWorker {
+    pid_t& pid;
+    ~KillWorker() {
+      if (pid > 0) ::kill(pid, SIGKILL);
+    }
+  } kill_worker{worker};
+  ASSERT_TRUE(told);
   int status = 0;
   ASSERT_EQ(::waitpid(rank, &status, 0), rank);
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ) << status;
   ASSERT_EQ(::kill(worker, 0), 0);  // the worker lives on
   std::vector<char> other(32 << 20, 'o');
   Status st = a->put("other", other.data(), other.size());
-  ::kill(worker, SIGKILL);
   EXPECT_TRUE(st.is_ok()) << st.message();
   EXPECT_EQ(a->used(), other.size());
 }

@@ -28,6 +28,11 @@ inline constexpr std::size_t kTokenHex = 32;
 // 0, changed only under the host's lock, an open-file-description write
 // lock (F_OFD_SETLKW) on the byte at kAccountingLockAt.
 inline constexpr std::size_t kAccountingLockAt = 64;
+// A uint64 the agent sets to 1 when it deleted without the lock (a rank
+// held it past kAccountingLockWait): the next put counts the host's bytes
+// again.
+inline constexpr std::size_t kAccountingRecountAt = 8;
+inline constexpr int kAccountingLockWaitMs = 200;
 // The environment variable in which a rank's agent says where it serves:
 // "address:port[,address:port...]".
 inline constexpr const char* kServerEnv = "ACCRUN_OBJECT_SERVER";

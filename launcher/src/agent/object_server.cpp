@@ -56,9 +56,10 @@ bool reply(int fd, objects::Reply code, std::uint64_t len) {
 // accounting, the counter libaccrun keeps in "store.accounting" in the same
 // directory, under the host's lock as libaccrun takes it (object_wire.hpp),
 // so a count of the host's files never sees one without the other.  A rank
-// stopped while it holds the lock holds this server up 1 s at most: past
-// that it goes on without (libaccrun's next count puts the counter right).
-// errno as unlinkat's on failure.
+// stopped while it holds the lock holds this server up kAccountingLockWaitMs
+// at most: past that it unlinks without it and, instead of subtracting,
+// asks libaccrun's next put to count the host's bytes again.  errno as
+// unlinkat's on failure.
 bool delete_object(int dir_fd, const std::string& name, std::uint64_t len) {
   int fd = ::openat(dir_fd, "store.accounting", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return ::unlinkat(dir_fd, name.c_str(), 0) == 0;  // no rank here opened the store
@@ -67,13 +68,19 @@ bool delete_object(int dir_fd, const std::string& name, std::uint64_t len) {
   fl.l_whence = SEEK_SET;
   fl.l_start = static_cast<off_t>(objects::kAccountingLockAt);
   fl.l_len = 1;
-  for (int i = 0; i < 1000 && ::fcntl(fd, F_OFD_SETLK, &fl) != 0; ++i) ::usleep(1000);
+  bool locked = false;
+  for (int i = 0; i < objects::kAccountingLockWaitMs * 4 && !(locked = ::fcntl(fd, F_OFD_SETLK, &fl) == 0); ++i)
+    ::usleep(250);
   const bool ok = ::unlinkat(dir_fd, name.c_str(), 0) == 0;
   const int err = errno;
   if (ok) {
     void* seg = ::mmap(nullptr, kAccountingSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (seg != MAP_FAILED) {
-      std::atomic_ref<std::uint64_t>(*static_cast<std::uint64_t*>(seg)).fetch_sub(len);
+      auto word = [&](std::size_t at) {
+        return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(static_cast<char*>(seg) + at));
+      };
+      if (locked) word(0).fetch_sub(len);
+      else word(objects::kAccountingRecountAt).store(1);
       ::munmap(seg, kAccountingSize);
     }
   }
