@@ -277,12 +277,20 @@ TEST(RuntimeStore, AForkedChildDoesNotKeepADeadPutAlive) {
   EXPECT_EQ(a->used(), other.size());
 }
 
-TEST(RuntimeStore, APutKilledBeforeItPublishedIsPublishedForIt) {
+// A 64 MiB store with a 48 MiB put killed at `stop` by another process.
+struct KilledPut {
+  explicit KilledPut(StoppingDirectory::Stop stop)
+      : a(open_store(dir, tmp.path(), 0, "64M")), big(pattern(48 << 20)), said(kill_putting(dir, tmp.path(), stop, big)) {}
   TempDir tmp;
   MemoryDirectory dir;
-  auto a = open_store(dir, tmp.path(), 0, "64M");
-  const std::vector<char> big = pattern(48 << 20);
-  const std::string said = kill_putting(dir, tmp.path(), StoppingDirectory::kBeforePublish, big);
+  std::unique_ptr<ObjectStore> a;
+  const std::vector<char> big;
+  const std::string said;
+};
+
+TEST(RuntimeStore, APutKilledBeforeItPublishedIsPublishedForIt) {
+  KilledPut k(StoppingDirectory::kBeforePublish);
+  auto& [tmp, dir, a, big, said] = k;
   ASSERT_EQ(said, "");
   // Killed with its bytes whole and its key not (yet) published: the first
   // put that finds the store full publishes it as the dead put would have
@@ -303,11 +311,8 @@ TEST(RuntimeStore, APutKilledBeforeItPublishedIsPublishedForIt) {
 }
 
 TEST(RuntimeStore, APutKilledAfterItPublishedKeepsItsObject) {
-  TempDir tmp;
-  MemoryDirectory dir;
-  auto a = open_store(dir, tmp.path(), 0, "64M");
-  const std::vector<char> big = pattern(48 << 20);
-  const std::string said = kill_putting(dir, tmp.path(), StoppingDirectory::kAfterPublish, big);
+  KilledPut k(StoppingDirectory::kAfterPublish);
+  auto& [tmp, dir, a, big, said] = k;
   // What the child published goes into the job's directory (the child's
   // copy of it died with it).
   const auto nl = said.find('\n');
