@@ -731,6 +731,104 @@ TEST(StoreHostsTcp, AConnectionWithoutTheTokenIsRefusedAndTheGroupGoesOn) {
   EXPECT_EQ(done.load(), 2);
 }
 
+// Rank 1's TCP transport alone, and this thread speaking for rank 0 over a
+// connection of its own: frames exactly as it writes them.
+class ForgedPeer {
+ public:
+  ForgedPeer() {
+    const GroupSpec g = on_hosts(spec("forged", 2), "ab");
+    std::vector<bool> needs{true, false};
+    auto t = store::TcpTransport::create(w_.context(g, 1, &rv_), needs, 64u << 20);
+    EXPECT_TRUE(t.is_ok()) << t.status().message();
+    if (t.is_ok()) links_ = std::move(t).value();
+  }
+  ~ForgedPeer() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  store::TcpTransport* links() { return links_.get(); }
+  // Connects to rank 1's listener as rank 0, with the token it published.
+  void connect() {
+    Result<std::string> addr = rv_.lookup("tcp.addr.1", 5000);
+    ASSERT_TRUE(addr.is_ok());
+    std::istringstream in(*addr);
+    int port = 0;
+    std::string ips, token;
+    in >> port >> ips >> token;
+    ASSERT_EQ(token.size(), 32u);
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    unsigned char hello[24] = {0x48, 0x48, 0x43, 0x41, 0, 0, 0, 0};  // its magic, rank 0
+    for (std::size_t i = 0; i < 16; ++i) hello[8 + i] = static_cast<unsigned char>(std::stoi(token.substr(2 * i, 2), nullptr, 16));
+    ASSERT_EQ(::write(fd_, hello, sizeof hello), static_cast<ssize_t>(sizeof hello));
+  }
+  // A frame's header (tag 0, message `number`, `len` bytes), then `body`.
+  void frame(std::uint32_t number, std::uint64_t len, const std::string& body) {
+    unsigned char head[16] = {0x54, 0x53, 0x43, 0x41};  // its magic
+    const std::uint32_t word = number << 8;
+    std::memcpy(head + 4, &word, 4);
+    std::memcpy(head + 8, &len, 8);
+    std::string bytes(reinterpret_cast<const char*>(head), sizeof head);
+    bytes += body;
+    ASSERT_EQ(::write(fd_, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  }
+
+ private:
+  World w_;
+  MemRendezvous rv_;
+  std::unique_ptr<store::TcpTransport> links_;
+  int fd_ = -1;
+};
+
+store::Wait wait_ms(int ms) {
+  store::Wait w;
+  w.timeout_ms = ms;
+  w.deadline = Clock::now() + std::chrono::milliseconds(ms);
+  w.op = "recv";
+  return w;
+}
+
+// A message missing between two others (lost on the way, or a sender that
+// skipped one) fails the receive at once, naming both numbers, instead of
+// leaving a later receive to wait for ever for bytes that belonged to it.
+TEST(StoreHostsTcp, AMessageMissingOnALinkFailsTheReceiveNamingIt) {
+  ForgedPeer p;
+  ASSERT_NE(p.links(), nullptr);
+  p.connect();
+  p.frame(0, 4, "abcd");
+  p.frame(2, 4, "efgh");  // message 1 never came
+  char in[8] = {};
+  std::size_t got = 0;
+  ASSERT_TRUE(p.links()->recv(0, store::HostLinks::kP2p, in, sizeof in, &got, wait_ms(5000)).is_ok());
+  ASSERT_EQ(std::string(in, got), "abcd");
+  const auto start = Clock::now();
+  Status s = p.links()->recv(0, store::HostLinks::kP2p, in, sizeof in, &got, wait_ms(5000));
+  EXPECT_EQ(s.code(), Code::kRemote) << s.message();
+  EXPECT_NE(s.message().find("sent its message 2 where message 1 was due"), std::string::npos) << s.message();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+}
+
+// A receive that times out says how far the link got each way: here one
+// whole message, and 10 of the next one's 1000 bytes.
+TEST(StoreHostsTcp, AReceiveThatTimesOutSaysHowFarItsLinkGot) {
+  ForgedPeer p;
+  ASSERT_NE(p.links(), nullptr);
+  p.connect();
+  p.frame(0, 4, "abcd");
+  p.frame(1, 1000, std::string(10, 'x'));
+  char in[1000] = {};
+  std::size_t got = 0;
+  ASSERT_TRUE(p.links()->recv(0, store::HostLinks::kP2p, in, sizeof in, &got, wait_ms(5000)).is_ok());
+  Status s = p.links()->recv(0, store::HostLinks::kP2p, in, sizeof in, &got, wait_ms(300));
+  EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
+  EXPECT_NE(s.message().find("its link: 1 message received and 10 of the next one's 1000 bytes; 0 sent to it"),
+            std::string::npos)
+      << s.message();
+}
+
 }  // namespace
 }  // namespace accrun::collectives::testing
 

@@ -12,6 +12,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -31,7 +32,13 @@ namespace {
 
 constexpr std::uint32_t kFrameMagic = 0x41435354;  // "ACST"
 constexpr std::uint32_t kHelloMagic = 0x41434848;  // "ACHH"
-constexpr std::size_t kHeadBytes = 16;             // magic, tag, length
+constexpr std::size_t kHeadBytes = 16;             // magic, tag and number, length
+// The frame's second word: its tag in the low byte, and above it the
+// message's number on its link (counted from 0, modulo 2^24), which the
+// receiver checks, so a message lost or duplicated on the way fails the
+// link at once instead of leaving a receive waiting.
+constexpr std::uint32_t kTagBits = 8;
+constexpr std::uint32_t kNumberMask = (1u << (32 - kTagBits)) - 1;
 constexpr std::size_t kHelloBytes = 24;            // magic, rank, token
 // A send of more than this left after the socket filled keeps streaming
 // from the caller's buffer while the socket drains within kStreamStall.
@@ -327,7 +334,8 @@ Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t he
   std::unique_lock<std::mutex> lock(out_mu_);
   unsigned char frame[kHeadBytes];
   put32(frame, kFrameMagic);
-  put32(frame + 4, tag);
+  put32(frame + 4, tag | static_cast<std::uint32_t>((l.out_msgs & kNumberMask) << kTagBits));
+  ++l.out_msgs;
   put64(frame + 8, head_len + len);
   std::size_t sent = 0;
   const std::size_t total = kHeadBytes + head_len + len;
@@ -594,7 +602,8 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
       }
       if (now >= w.deadline) {
         return timeout_error("group '" + name_ + "': " + w.op + ": waited " + std::to_string(w.timeout_ms) +
-                             " ms for " + what + (peer >= 0 ? " from " + describe(peer) : std::string()));
+                             " ms for " + what +
+                             (peer >= 0 ? " from " + describe(peer) + " (" + link_state(peer) + ")" : std::string()));
       }
     }
     // Non-blocking looks for the first 200 µs (an answer between hosts is
@@ -820,7 +829,15 @@ void TcpTransport::read_link(int peer) {
           lose(peer, "sent a malformed frame");
           return false;
         }
-        l.in_tag = get32(l.head + 4);
+        const std::uint32_t word = get32(l.head + 4);
+        if ((word >> kTagBits) != (l.in_msgs & kNumberMask)) {
+          lose(peer, "sent its message " + std::to_string(word >> kTagBits) + " where message " +
+                         std::to_string(l.in_msgs & kNumberMask) +
+                         " was due (numbered modulo 2^24): a message was lost or repeated on the way");
+          return false;
+        }
+        ++l.in_msgs;
+        l.in_tag = word & ((1u << kTagBits) - 1);
         l.body_total = get64(l.head + 8);
         l.body_got = 0;
         l.head_got = 0;
@@ -942,6 +959,32 @@ void TcpTransport::write_loop() {
 void TcpTransport::wake_writer() {
   const std::uint64_t one = 1;
   (void)!::write(wake_fd_, &one, sizeof one);
+}
+
+std::string TcpTransport::link_state(int peer) {
+  Link& l = links_[static_cast<std::size_t>(peer)];
+  std::string s;
+  if (l.in_fd < 0) {
+    s = "it never connected";
+  } else {
+    const std::uint64_t whole = l.in_msgs - (l.in_body ? 1 : 0);
+    s = "its link: " + std::to_string(whole) + " message" + (whole == 1 ? "" : "s") + " received";
+    if (l.in_body)
+      s += " and " + std::to_string(l.body_got) + " of the next one's " + std::to_string(l.body_total) + " bytes";
+    else if (l.head_got > 0)
+      s += " and " + std::to_string(l.head_got) + " of the next one's 16 header bytes";
+    if (l.stage_end > l.stage_at) s += ", " + std::to_string(l.stage_end - l.stage_at) + " bytes read ahead";
+    int unread = 0;
+    if (!l.in_closed && ::ioctl(l.in_fd, FIONREAD, &unread) == 0 && unread > 0)
+      s += ", " + std::to_string(unread) + " bytes unread in its socket";
+  }
+  std::lock_guard<std::mutex> lock(out_mu_);
+  s += "; " + std::to_string(l.out_msgs) + " sent to it";
+  if (l.queued > 0) s += ", " + std::to_string(l.queued) + " bytes not yet handed to the kernel";
+  int unsent = 0;
+  if (l.out_fd >= 0 && l.lost.empty() && ::ioctl(l.out_fd, TIOCOUTQ, &unsent) == 0 && unsent > 0)
+    s += ", " + std::to_string(unsent) + " bytes in its socket not yet acknowledged";
+  return s;
 }
 
 std::string TcpTransport::lost(int peer) {

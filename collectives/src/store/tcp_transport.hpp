@@ -15,6 +15,10 @@
 // hosts pays for the connection and the group's set-up costs nothing, and
 // there is never a race over who connects.
 //
+// Messages are numbered on their link, and the receiver checks the numbers:
+// a message lost or repeated fails the link.  A wait that times out says
+// how far each direction of its link got.
+//
 // Messages carry a tag, so the hierarchical group's collectives (tag 1) and
 // the program's sends (tag 0) share a link without mixing: a message read
 // while waiting for the other tag is kept until asked for.  Sends are
@@ -128,6 +132,7 @@ class TcpTransport final : public Transport, public HostLinks {
     std::deque<Chunk> outq;
     std::size_t out_off = 0;       // of outq.front()
     std::size_t queued = 0;        // bytes in outq
+    std::uint64_t out_msgs = 0;    // messages queued or sent to the peer (their numbers)
     // Reading: bytes from the socket land in `stage` (64 KiB, made on the
     // first read); [stage_at, stage_end) is what is not parsed yet.
     std::vector<char> stage;
@@ -144,6 +149,7 @@ class TcpTransport final : public Transport, public HostLinks {
     char* direct = nullptr;      // where bytes past body_keep go (a posted receive)
     std::string spill;           // stands in for `direct` once its receive gave up
     bool in_body = false;
+    std::uint64_t in_msgs = 0;   // frame headers read from the peer (the next one's number)
     struct Post {                // a receive waiting for its message
       bool active = false;
       bool matched = false;      // the frame being read is it
@@ -205,6 +211,9 @@ class TcpTransport final : public Transport, public HostLinks {
   void write_loop();
   void wake_writer();
   std::string lost(int peer);
+  // What a timed-out wait on `peer` says of its link: messages each way, a
+  // message half read, bytes still in the sockets.
+  std::string link_state(int peer);
   void lose(int peer, const std::string& why);
   void lose_locked(int peer, const std::string& why);
   // Waits for ready() with the group's deadline, watching `peer` (or no one
