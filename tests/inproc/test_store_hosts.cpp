@@ -6,6 +6,7 @@
 // leave, disagreeing members, and connections that do not belong.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,7 +14,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <random>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -731,56 +736,76 @@ TEST(StoreHostsTcp, AConnectionWithoutTheTokenIsRefusedAndTheGroupGoesOn) {
   EXPECT_EQ(done.load(), 2);
 }
 
-// Rank 1's TCP transport alone, and this thread speaking for rank 0 over a
-// connection of its own: frames exactly as it writes them.
-class ForgedPeer {
+// One member's TCP transport alone (group rank `me` of `size`, each on a
+// host of its own), and this test speaking for the others over connections
+// of its own: frames exactly as they write them, cut where the test likes.
+class ForgedPeers {
  public:
-  ForgedPeer() {
-    const GroupSpec g = on_hosts(spec("forged", 2), "ab");
-    std::vector<bool> needs{true, false};
-    auto t = store::TcpTransport::create(w_.context(g, 1, &rv_), needs, 64u << 20);
+  explicit ForgedPeers(int size = 2, int me = 1) : me_(size > 0 ? me : 0), fds_(static_cast<std::size_t>(size), -1) {
+    const GroupSpec g = on_hosts(spec("forged", size), std::string("abcdefgh").substr(0, static_cast<std::size_t>(size)));
+    std::vector<bool> needs(static_cast<std::size_t>(size), true);
+    needs[static_cast<std::size_t>(me)] = false;
+    auto t = store::TcpTransport::create(w_.context(g, me, &rv_), needs, 64u << 20);
     EXPECT_TRUE(t.is_ok()) << t.status().message();
     if (t.is_ok()) links_ = std::move(t).value();
   }
-  ~ForgedPeer() {
-    if (fd_ >= 0) ::close(fd_);
+  ~ForgedPeers() {
+    for (int fd : fds_)
+      if (fd >= 0) ::close(fd);
   }
   store::TcpTransport* links() { return links_.get(); }
-  // Connects to rank 1's listener as rank 0, with the token it published.
-  void connect() {
-    Result<std::string> addr = rv_.lookup("tcp.addr.1", 5000);
+  // Connects to the member's listener as group rank `as`, with the token
+  // it published.
+  void connect(int as = 0) {
+    Result<std::string> addr = rv_.lookup("tcp.addr." + std::to_string(me_), 5000);
     ASSERT_TRUE(addr.is_ok());
     std::istringstream in(*addr);
     int port = 0;
     std::string ips, token;
     in >> port >> ips >> token;
     ASSERT_EQ(token.size(), 32u);
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    int& fd = fds_[static_cast<std::size_t>(as)];
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<std::uint16_t>(port));
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    unsigned char hello[24] = {0x48, 0x48, 0x43, 0x41, 0, 0, 0, 0};  // its magic, rank 0
-    for (std::size_t i = 0; i < 16; ++i) hello[8 + i] = static_cast<unsigned char>(std::stoi(token.substr(2 * i, 2), nullptr, 16));
-    ASSERT_EQ(::write(fd_, hello, sizeof hello), static_cast<ssize_t>(sizeof hello));
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    unsigned char hello[24] = {0x48, 0x48, 0x43, 0x41};  // its magic, then the rank
+    const std::uint32_t rank = static_cast<std::uint32_t>(as);
+    std::memcpy(hello + 4, &rank, 4);
+    for (std::size_t i = 0; i < 16; ++i)
+      hello[8 + i] = static_cast<unsigned char>(std::stoi(token.substr(2 * i, 2), nullptr, 16));
+    ASSERT_EQ(::write(fd, hello, sizeof hello), static_cast<ssize_t>(sizeof hello));
   }
-  // A frame's header (tag 0, message `number`, `len` bytes), then `body`.
-  void frame(std::uint32_t number, std::uint64_t len, const std::string& body) {
+  // A frame from `as`: its header (`tag`, message `number`, `len` bytes), then `body`.
+  static std::string frame(std::uint32_t tag, std::uint32_t number, std::uint64_t len, const std::string& body) {
     unsigned char head[16] = {0x54, 0x53, 0x43, 0x41};  // its magic
-    const std::uint32_t word = number << 8;
+    const std::uint32_t word = tag | number << 8;
     std::memcpy(head + 4, &word, 4);
     std::memcpy(head + 8, &len, 8);
-    std::string bytes(reinterpret_cast<const char*>(head), sizeof head);
-    bytes += body;
-    ASSERT_EQ(::write(fd_, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+    return std::string(reinterpret_cast<const char*>(head), sizeof head) + body;
+  }
+  void write(int as, const std::string& bytes) {
+    const int fd = fds_[static_cast<std::size_t>(as)];
+    for (std::size_t at = 0; at < bytes.size();) {
+      const ssize_t n = ::write(fd, bytes.data() + at, bytes.size() - at);
+      ASSERT_GT(n, 0) << std::strerror(errno);
+      at += static_cast<std::size_t>(n);
+    }
+  }
+  void frame(std::uint32_t number, std::uint64_t len, const std::string& body, int as = 0) {
+    write(as, frame(0, number, len, body));
   }
 
  private:
   World w_;
   MemRendezvous rv_;
+  int me_;
   std::unique_ptr<store::TcpTransport> links_;
-  int fd_ = -1;
+  std::vector<int> fds_;
 };
 
 store::Wait wait_ms(int ms) {
@@ -795,7 +820,7 @@ store::Wait wait_ms(int ms) {
 // skipped one) fails the receive at once, naming both numbers, instead of
 // leaving a later receive to wait for ever for bytes that belonged to it.
 TEST(StoreHostsTcp, AMessageMissingOnALinkFailsTheReceiveNamingIt) {
-  ForgedPeer p;
+  ForgedPeers p;
   ASSERT_NE(p.links(), nullptr);
   p.connect();
   p.frame(0, 4, "abcd");
@@ -814,7 +839,7 @@ TEST(StoreHostsTcp, AMessageMissingOnALinkFailsTheReceiveNamingIt) {
 // A receive that times out says how far the link got each way: here one
 // whole message, and 10 of the next one's 1000 bytes.
 TEST(StoreHostsTcp, AReceiveThatTimesOutSaysHowFarItsLinkGot) {
-  ForgedPeer p;
+  ForgedPeers p;
   ASSERT_NE(p.links(), nullptr);
   p.connect();
   p.frame(0, 4, "abcd");
@@ -827,6 +852,266 @@ TEST(StoreHostsTcp, AReceiveThatTimesOutSaysHowFarItsLinkGot) {
   EXPECT_NE(s.message().find("its link: 1 message received and 10 of the next one's 1000 bytes; 0 sent to it"),
             std::string::npos)
       << s.message();
+}
+
+// A randomised test's seed: ACCRUN_TEST_SEED when set (to repeat a run
+// that failed, whose trace names its seed), else a fresh one.
+unsigned test_seed() {
+  const char* env = std::getenv("ACCRUN_TEST_SEED");
+  return env != nullptr ? static_cast<unsigned>(std::strtoul(env, nullptr, 10))
+                        : static_cast<unsigned>(std::random_device{}());
+}
+
+// The receiving side against three peers whose bytes arrive cut anywhere
+// (inside headers too), late or early, in every order between the links:
+// receives posted on several links at once, whole-message receives, single
+// posted receives and the program's own messages, mixed at random as
+// collectives mix them.  Every message must reach the receive it was sent
+// for, whole, in order.  Seeded (ACCRUN_TEST_SEED repeats a run).
+TEST(StoreHostsTcp, MessagesCutAnywhereReachTheirReceivesWhole) {
+  using store::HostLinks;
+  const unsigned seed = test_seed();
+  SCOPED_TRACE("ACCRUN_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto pick = [&](std::initializer_list<std::size_t> v) { return *(v.begin() + rng() % v.size()); };
+  ForgedPeers p(4, 0);
+  ASSERT_NE(p.links(), nullptr);
+  for (int q = 1; q < 4; ++q) p.connect(q);
+  auto data = [](int q, int round, std::size_t n) {
+    std::string d(n, '\0');
+    for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<char>(q * 37 + round * 11 + static_cast<int>(i % 253));
+    return d;
+  };
+  auto id = [](int q, int round) {
+    const std::uint64_t v = static_cast<std::uint64_t>(round) * 10 + static_cast<std::uint64_t>(q);
+    return std::string(reinterpret_cast<const char*>(&v), sizeof v);
+  };
+  enum Kind { kSplits, kMessage, kSplit, kP2p };
+  struct Round {
+    Kind kind;
+    int peer;                     // kMessage, kSplit, kP2p
+    std::size_t due[4];           // the length each receive expects (data after the 8-byte id)
+    std::size_t sent[4];          // the length each peer sends (another one now and then)
+    bool pause;                   // the receiver sleeps first
+  };
+  constexpr int kRounds = 400;
+  std::vector<Round> rounds;
+  std::vector<std::string> streams(4);
+  std::vector<std::uint32_t> numbers(4, 0);
+  for (int r = 0; r < kRounds; ++r) {
+    Round rd{static_cast<Kind>(rng() % 4), 1 + static_cast<int>(rng() % 3), {}, {}, rng() % 8 == 0};
+    for (int q = 1; q < 4; ++q) {
+      if (rd.kind != kSplits && q != rd.peer) continue;
+      rd.due[q] = pick({0, 1, 7, 8, 9, 16, 100, 1000, 4096, 65535, 65536, 65537, 100000, 300000});
+      rd.sent[q] = rd.kind == kSplits && rng() % 10 == 0 ? rd.due[q] + 1 + rng() % 100 : rd.due[q];
+      const std::uint32_t tag = rd.kind == kP2p ? HostLinks::kP2p : HostLinks::kCollective;
+      const std::string body = id(q, r) + data(q, r, rd.sent[q]);
+      streams[static_cast<std::size_t>(q)] += ForgedPeers::frame(tag, numbers[static_cast<std::size_t>(q)]++, body.size(), body);
+    }
+    rounds.push_back(rd);
+  }
+  std::vector<std::thread> senders;
+  for (int q = 1; q < 4; ++q) {
+    senders.emplace_back([&, q, s = static_cast<unsigned>(rng())] {
+      std::mt19937 cut(s);
+      const std::string& all = streams[static_cast<std::size_t>(q)];
+      for (std::size_t at = 0; at < all.size();) {
+        static constexpr std::size_t kPieces[] = {1, 2, 3, 5, 15, 16, 17, 24, 100, 4096, 65536, 200000, 1u << 30};
+        const std::size_t n = std::min(kPieces[cut() % std::size(kPieces)], all.size() - at);
+        p.write(q, all.substr(at, n));
+        at += n;
+        if (cut() % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(cut() % 300));
+      }
+    });
+  }
+  for (int r = 0; r < kRounds && !::testing::Test::HasFailure(); ++r) {
+    const Round& rd = rounds[static_cast<std::size_t>(r)];
+    SCOPED_TRACE("round " + std::to_string(r) + " kind " + std::to_string(rd.kind));
+    if (rd.pause) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+    const store::Wait w = wait_ms(10'000);
+    if (rd.kind == kSplits || rd.kind == kSplit) {
+      std::vector<std::string> into(4);
+      std::vector<HostLinks::Split> splits;
+      for (int q = 1; q < 4; ++q) {
+        if (rd.kind == kSplit && q != rd.peer) continue;
+        into[static_cast<std::size_t>(q)].assign(rd.due[q], '\0');
+        splits.push_back(HostLinks::Split{q, HostLinks::kCollective, 8, into[static_cast<std::size_t>(q)].data(),
+                                          rd.due[q], {}, false});
+      }
+      if (rd.kind == kSplit) {
+        HostLinks::Split& sp = splits.front();
+        Status st = p.links()->recv_split(sp.peer, sp.tag, sp.keep, sp.dest, sp.len, &sp.head, &sp.placed, w);
+        ASSERT_TRUE(st.is_ok()) << st.message();
+      } else {
+        Status st = p.links()->recv_splits(&splits, w);
+        ASSERT_TRUE(st.is_ok()) << st.message();
+      }
+      for (const HostLinks::Split& sp : splits) {
+        const int q = sp.peer;
+        if (rd.sent[q] == rd.due[q]) {
+          ASSERT_TRUE(sp.placed) << "peer " << q;
+          ASSERT_EQ(sp.head, id(q, r)) << "peer " << q;
+          ASSERT_TRUE(into[static_cast<std::size_t>(q)] == data(q, r, rd.due[q])) << "peer " << q;
+        } else {
+          ASSERT_FALSE(sp.placed) << "peer " << q;
+          ASSERT_TRUE(sp.head == id(q, r) + data(q, r, rd.sent[q])) << "peer " << q;
+        }
+      }
+    } else if (rd.kind == kMessage) {
+      std::string got;
+      Status st = p.links()->recv_message(rd.peer, HostLinks::kCollective, &got, w);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      ASSERT_TRUE(got == id(rd.peer, r) + data(rd.peer, r, rd.due[rd.peer]));
+    } else {
+      std::string buf(8 + rd.due[rd.peer] + rng() % 64, '\0');
+      std::size_t got = 0;
+      Status st = p.links()->recv(rd.peer, HostLinks::kP2p, buf.data(), buf.size(), &got, w);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      ASSERT_TRUE(buf.substr(0, got) == id(rd.peer, r) + data(rd.peer, r, rd.due[rd.peer]));
+    }
+  }
+  for (auto& t : senders) t.join();
+}
+
+// The sending side against a peer that reads at its own pace (now a
+// byte, now everything, now nothing for a while): plain sends, sends with a
+// head, sends from the caller's buffer (scribbled on once flushed), large
+// ones that stream and small ones queued behind them, past the bound on
+// what is queued.  What leaves must be whole frames, numbered, in order,
+// with the bytes each send had when it was made.  Seeded (ACCRUN_TEST_SEED).
+TEST(StoreHostsTcp, SendsOfEveryKindLeaveWholeNumberedFramesInOrder) {
+  using store::HostLinks;
+  const unsigned seed = test_seed();
+  SCOPED_TRACE("ACCRUN_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  World w;
+  MemRendezvous rv;
+  const GroupSpec g = on_hosts(spec("sends", 2), "ab");
+  // Group rank 1 is this test: a listener of its own, published as the
+  // transport publishes one.
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof a;
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(lfd, 4), 0);
+  ASSERT_EQ(::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &alen), 0);
+  const std::string token(32, '7');
+  ASSERT_TRUE(rv.publish("tcp.addr.1", std::to_string(ntohs(a.sin_port)) + " 127.0.0.1 " + token).is_ok());
+  auto t = store::TcpTransport::create(w.context(g, 0, &rv), {false, true}, 4u << 20);
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  store::TcpTransport& links = **t;
+
+  struct Sent {
+    std::uint32_t tag;
+    std::string body;
+  };
+  constexpr int kMessages = 600;
+  std::vector<Sent> expect;
+  std::mutex mu;  // expect grows while the reader reads
+  std::atomic<bool> reader_failed{false};
+  std::thread reader([&, s = static_cast<unsigned>(rng())] {
+    std::mt19937 pace(s);
+    const int fd = ::accept(lfd, nullptr, nullptr);
+    ASSERT_GE(fd, 0);
+    std::string in;
+    auto fill = [&](std::size_t want) {
+      while (in.size() < want) {
+        static constexpr std::size_t kReads[] = {1, 3, 16, 100, 4096, 65536, 1u << 20};
+        std::string buf(kReads[pace() % std::size(kReads)], '\0');
+        const ssize_t n = ::read(fd, buf.data(), buf.size());
+        if (n <= 0) return false;
+        in.append(buf.data(), static_cast<std::size_t>(n));
+        if (pace() % 64 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(pace() % 20));
+      }
+      return true;
+    };
+    ASSERT_TRUE(fill(24));
+    std::uint32_t magic = 0, from = 0;
+    std::memcpy(&magic, in.data(), 4);
+    std::memcpy(&from, in.data() + 4, 4);
+    ASSERT_EQ(magic, 0x41434848u);
+    ASSERT_EQ(from, 0u);
+    in.erase(0, 24);
+    for (std::uint32_t k = 0; k < static_cast<std::uint32_t>(kMessages); ++k) {
+      if (!fill(16)) {
+        reader_failed = true;
+        FAIL() << "the connection ended before message " << k;
+      }
+      std::uint32_t word = 0;
+      std::uint64_t len = 0;
+      std::memcpy(&magic, in.data(), 4);
+      std::memcpy(&word, in.data() + 4, 4);
+      std::memcpy(&len, in.data() + 8, 8);
+      if (magic != 0x41435354u || (word >> 8) != k || len > (64u << 20)) {
+        reader_failed = true;
+        FAIL() << "message " << k << ": magic " << magic << ", number " << (word >> 8) << ", length " << len;
+      }
+      ASSERT_TRUE(fill(16 + len));
+      Sent e;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        e = expect[k];
+      }
+      if ((word & 0xff) != e.tag || in.compare(16, len, e.body) != 0 || len != e.body.size()) {
+        reader_failed = true;
+        FAIL() << "message " << k << ": tag " << (word & 0xff) << " length " << len << ", sent tag " << e.tag
+               << " length " << e.body.size();
+      }
+      in.erase(0, 16 + len);
+    }
+    ::close(fd);
+  });
+  store::Wait wait;
+  wait.timeout_ms = 30'000;
+  wait.deadline = Clock::now() + std::chrono::seconds(30);
+  wait.op = "send";
+  auto bytes = [&](std::size_t n) {
+    std::string d(n, '\0');
+    const unsigned base = static_cast<unsigned>(rng());
+    for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<char>(base + i * 7);
+    return d;
+  };
+  std::deque<std::string> lent;  // borrowed buffers not flushed yet (a deque: they stay where they are)
+  for (int k = 0; k < kMessages && !reader_failed; ++k) {
+    static constexpr std::size_t kSizes[] = {0, 1, 8, 15, 16, 100, 4096, 65536, 200000, 262144, 300000, 1u << 20, 3u << 20};
+    const std::size_t n = kSizes[rng() % std::size(kSizes)];
+    const int kind = static_cast<int>(rng() % 3);
+    std::string data = bytes(n);
+    if (kind == 0) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        expect.push_back(Sent{HostLinks::kP2p, data});
+      }
+      ASSERT_TRUE(links.send(1, HostLinks::kP2p, data.data(), n, wait).is_ok());
+      std::fill(data.begin(), data.end(), 'x');  // a copy was taken, or it was sent
+    } else {
+      const std::string head = bytes(8);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        expect.push_back(Sent{HostLinks::kCollective, head + data});
+      }
+      const bool borrow = kind == 2;
+      if (borrow) {
+        lent.push_back(std::move(data));
+        const std::string& d = lent.back();
+        ASSERT_TRUE(links.send2(1, HostLinks::kCollective, head.data(), 8, d.data(), n, wait, true).is_ok());
+        if (rng() % 2 == 0) {
+          ASSERT_TRUE(links.flush_link(1, wait).is_ok());
+          for (std::string& l : lent) std::fill(l.begin(), l.end(), 'y');
+          lent.clear();
+        }
+      } else {
+        ASSERT_TRUE(links.send2(1, HostLinks::kCollective, head.data(), 8, data.data(), n, wait).is_ok());
+        std::fill(data.begin(), data.end(), 'z');
+      }
+    }
+    if (rng() % 32 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 5));
+  }
+  ASSERT_TRUE(links.flush(wait).is_ok());
+  reader.join();
+  ::close(lfd);
 }
 
 }  // namespace
