@@ -320,6 +320,8 @@ TEST(StoreTimeout, NamesTheCallAndThePeersThatHadNotArrived) {
       EXPECT_TRUE(has(s, "allreduce timed out after 200 ms")) << s.message();
       EXPECT_TRUE(has(s, "group rank 2 (job rank 6)")) << s.message();
       EXPECT_TRUE(has(s, "had not arrived")) << s.message();
+      // Where it was: no further than the group's set-up, behind this member.
+      EXPECT_TRUE(has(s, "group rank 2's progress counter 0 against this member's ")) << s.message();
     }
   });
 }

@@ -405,7 +405,21 @@ void ShmTransport::mark_broken(const Status& s) {
 Status ShmTransport::timed_out(const Wait& w, const std::vector<int>& missing) const {
   std::string who;
   for (int q : missing) who += (who.empty() ? "" : ", ") + describe(q);
-  const std::string waited = who.empty() ? "the group's members" : who + ", which had not arrived";
+  // How far each of them got, against this member: a counter every call
+  // moves on alike (behind: it is in an earlier call; level: it is in this
+  // one and stopped inside it), and the broadcasts each entered.
+  std::string where_they_are;
+  const Ctrl& me = ctrl(rank_);
+  for (int q : missing) {
+    const Ctrl& c = ctrl(q);
+    where_they_are += std::string(where_they_are.empty() ? "" : "; ") + "group rank " + std::to_string(q) +
+                      "'s progress counter " + std::to_string(c.seq.load(std::memory_order_acquire)) +
+                      " against this member's " + std::to_string(me.seq.load(std::memory_order_relaxed)) +
+                      ", broadcasts entered " + std::to_string(c.bcast_entered.load(std::memory_order_acquire)) +
+                      " against " + std::to_string(me.bcast_entered.load(std::memory_order_relaxed));
+  }
+  const std::string waited =
+      who.empty() ? "the group's members" : who + ", which had not arrived (" + where_they_are + ")";
   // The set-up gets what is left of the group's creation time, which may
   // be far less than the whole.
   if (w.op == std::string("setup"))
