@@ -799,6 +799,20 @@ class ForgedPeers {
   void frame(std::uint32_t number, std::uint64_t len, const std::string& body, int as = 0) {
     write(as, frame(0, number, len, body));
   }
+  // Reads what the member sends `as` until its end (the member shut the
+  // connection down or closed it): false if it has not ended within `ms`.
+  bool reads_to_end(int as, int ms) {
+    const int fd = fds_[static_cast<std::size_t>(as)];
+    const auto until = Clock::now() + std::chrono::milliseconds(ms);
+    std::vector<char> buf(1 << 20);
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+      pollfd pf{fd, POLLIN, 0};
+      if (left <= 0 || ::poll(&pf, 1, static_cast<int>(left)) <= 0) return false;
+      const ssize_t n = ::read(fd, buf.data(), buf.size());
+      if (n <= 0) return true;
+    }
+  }
 
  private:
   World w_;
@@ -860,6 +874,30 @@ unsigned test_seed() {
   const char* env = std::getenv("ACCRUN_TEST_SEED");
   return env != nullptr ? static_cast<unsigned>(std::strtoul(env, nullptr, 10))
                         : static_cast<unsigned>(std::random_device{}());
+}
+
+// A link lost while messages wait to be sent on it (here its peer sends a
+// frame that is not one, while the member's 32 MiB to it sit queued): the
+// flush that would have returned once the queue was empty fails, naming the
+// peer and why, instead of letting the caller believe they went; and the
+// peer's connection ends at once, so the peer's own waits on this member
+// fail too instead of waiting for the group's timeout.
+TEST(StoreHostsTcp, ALinkLostWithMessagesQueuedFailsItsFlushAndEndsThePeersConnection) {
+  ForgedPeers p;
+  ASSERT_NE(p.links(), nullptr);
+  p.connect();
+  p.frame(0, 4, "abcd");
+  char in[8] = {};
+  std::size_t got = 0;
+  ASSERT_TRUE(p.links()->recv(0, store::HostLinks::kP2p, in, sizeof in, &got, wait_ms(5000)).is_ok());
+  const std::string big(32u << 20, 'b');  // the peer does not read: most of it stays queued
+  ASSERT_TRUE(p.links()->send(0, store::HostLinks::kP2p, big.data(), big.size(), wait_ms(5000)).is_ok());
+  p.write(0, std::string(16, 'x'));
+  Status s = p.links()->flush_link(0, wait_ms(5000));
+  EXPECT_EQ(s.code(), Code::kRemote) << s.message();
+  EXPECT_NE(s.message().find("sent a malformed frame; "), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(" bytes queued for it were never sent"), std::string::npos) << s.message();
+  EXPECT_TRUE(p.reads_to_end(0, 5000)) << "the member's connection to its peer did not end";
 }
 
 // The receiving side against three peers whose bytes arrive cut anywhere

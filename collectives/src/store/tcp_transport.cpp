@@ -317,12 +317,21 @@ void TcpTransport::unborrow() {
 
 Status TcpTransport::flush_link(int peer, const Wait& w) {
   Link& l = links_[static_cast<std::size_t>(peer)];
-  return wait_for(
+  ACCRUN_RETURN_IF_ERROR(wait_for(
       [&] {
         std::lock_guard<std::mutex> g(out_mu_);
         return l.queued == 0 || !l.lost.empty();
       },
-      peer, w, "its messages to be sent");
+      peer, w, "its messages to be sent"));
+  return unsent(peer, w);
+}
+
+Status TcpTransport::unsent(int peer, const Wait& w) {
+  std::lock_guard<std::mutex> g(out_mu_);
+  const Link& l = links_[static_cast<std::size_t>(peer)];
+  if (l.lost.empty() || l.dropped == 0) return Status::ok();
+  return remote_error("group '" + name_ + "': " + w.op + ": " + describe(peer) + " " + l.lost + "; " +
+                      std::to_string(l.dropped) + " bytes queued for it were never sent");
 }
 
 Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t head_len, const void* data,
@@ -376,6 +385,11 @@ Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t he
       lock.lock();
       if (ready <= 0) break;
     }
+    if (!l.lost.empty()) {
+      const std::string why = l.lost;
+      lock.unlock();
+      return remote_error("group '" + name_ + "': " + w.op + ": " + describe(peer) + " " + why);
+    }
   }
   std::size_t mine = 0;  // bytes of this message left queued
   if (sent < total) {
@@ -411,12 +425,13 @@ Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t he
     // queued before this one, where this one alone is larger than the
     // bound (it goes alone; the queue drains in order).
     lock.unlock();
-    return wait_for(
+    ACCRUN_RETURN_IF_ERROR(wait_for(
         [&] {
           std::lock_guard<std::mutex> g(out_mu_);
           return l.queued <= pair_buffer_max_ || l.queued <= mine || !l.lost.empty();
         },
-        peer, w, "the peer to take buffered messages");
+        peer, w, "the peer to take buffered messages"));
+    return unsent(peer, w);
   }
   return Status::ok();
 }
@@ -548,7 +563,7 @@ std::size_t TcpTransport::buffered(int peer) const {
 }
 
 Status TcpTransport::flush(const Wait& w) {
-  return wait_for(
+  ACCRUN_RETURN_IF_ERROR(wait_for(
       [&] {
         std::lock_guard<std::mutex> g(out_mu_);
         for (const Link& l : links_) {
@@ -556,7 +571,9 @@ Status TcpTransport::flush(const Wait& w) {
         }
         return true;
       },
-      -1, w, "buffered messages to be sent");
+      -1, w, "buffered messages to be sent"));
+  for (std::size_t q = 0; q < links_.size(); ++q) ACCRUN_RETURN_IF_ERROR(unsent(static_cast<int>(q), w));
+  return Status::ok();
 }
 
 template <class Ready>
@@ -1001,10 +1018,19 @@ void TcpTransport::lose_locked(int peer, const std::string& why) {
   Link& l = links_[static_cast<std::size_t>(peer)];
   if (!l.lost.empty()) return;
   l.lost = why;
+  l.dropped = l.queued;
   l.queued = 0;
   l.outq.clear();
   l.out_off = 0;
-  log(LogLevel::kDebug, "group '%s': TCP transport: %s %s", name_.c_str(), describe(peer).c_str(), why.c_str());
+  // The peer is told at once: its reads of this connection end, so a wait
+  // of its own on a message this link will never carry fails now, not at
+  // the group's timeout.  (Shut down, not closed: the descriptor stays this
+  // link's until the transport goes.)
+  if (l.out_fd >= 0) ::shutdown(l.out_fd, SHUT_RDWR);
+  const std::string dropped =
+      l.dropped > 0 ? "; " + std::to_string(l.dropped) + " bytes queued for it were never sent" : std::string();
+  log(l.dropped > 0 ? LogLevel::kWarn : LogLevel::kDebug, "group '%s': TCP transport: %s %s%s", name_.c_str(),
+      describe(peer).c_str(), why.c_str(), dropped.c_str());
 }
 
 }  // namespace accrun::collectives::store

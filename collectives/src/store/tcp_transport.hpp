@@ -163,6 +163,7 @@ class TcpTransport final : public Transport, public HostLinks {
     std::deque<Message> inbox;  // whole messages not yet asked for
     bool in_closed = false;     // the peer closed its connection to us
     std::string lost;           // why the link is gone, once it is (out_mu_)
+    std::size_t dropped = 0;    // bytes queued for the peer when it went (out_mu_)
   };
   static constexpr std::size_t kStageBytes = 64 * 1024;
   struct Pending {  // an accepted connection whose hello is not complete
@@ -211,6 +212,10 @@ class TcpTransport final : public Transport, public HostLinks {
   void write_loop();
   void wake_writer();
   std::string lost(int peer);
+  // kRemote when the link was lost with messages queued for the peer (they
+  // were dropped): a send or flush that returned ok would hide that they
+  // never left.
+  Status unsent(int peer, const Wait& w);
   // What a timed-out wait on `peer` says of its link: messages each way, a
   // message half read, bytes still in the sockets.
   std::string link_state(int peer);
