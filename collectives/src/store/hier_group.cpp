@@ -127,7 +127,10 @@ Status HierGroup::agree_on_lanes(int setup_timeout_ms) {
     const Wait w = creation_wait(setup_timeout_ms);
     std::vector<std::string> parts;
     const char mine = static_cast<char>(all);
-    ACCRUN_RETURN_IF_ERROR(leaders_exchange(&mine, 1, &parts, w));
+    if (Status st = leaders_exchange(&mine, 1, &parts, w); !st) {
+      links_->unborrow();  // `mine` is gone once this returns; what is still queued of it must not be
+      return st;
+    }
     for (std::size_t h = 0; h < hosts_.size(); ++h)
       if (static_cast<int>(h) != my_host_) all = all && parts[h].size() == sizeof(Sig) + 1 && parts[h].back() == 1;
   }
