@@ -30,7 +30,7 @@
 #include "store/host_links.hpp"
 #include "store/store_backend.hpp"
 #include "store/tcp_transport.hpp"
-#include "../unit/idle_connections.hpp"
+#include "../unit/loopback.hpp"
 #include "store_harness.hpp"
 
 namespace accrun::collectives::testing {
@@ -706,12 +706,8 @@ TEST(StoreHostsTcp, AConnectionWithoutTheTokenIsRefusedAndTheGroupGoesOn) {
     const int port = listener_port(*w.rendezvous, 1);
     ASSERT_GT(port, 0);
     if (r == 0) {
-      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(static_cast<std::uint16_t>(port));
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+      const int fd = accrun::testing::connect_loopback(static_cast<std::uint16_t>(port));
+      ASSERT_GE(fd, 0);
       unsigned char hello[24] = {0x48, 0x48, 0x43, 0x41, 0, 0, 0, 0};  // the right magic, rank 0, a zero token
       ASSERT_EQ(::write(fd, hello, sizeof hello), static_cast<ssize_t>(sizeof hello));
       for (int i = 0; i < 5; ++i) {
@@ -765,12 +761,8 @@ class ForgedPeers {
     in >> port >> ips >> token;
     ASSERT_EQ(token.size(), 32u);
     int& fd = fds_[static_cast<std::size_t>(as)];
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    fd = accrun::testing::connect_loopback(static_cast<std::uint16_t>(port));
+    ASSERT_GE(fd, 0);
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     unsigned char hello[24] = {0x48, 0x48, 0x43, 0x41};  // its magic, then the rank
@@ -1027,16 +1019,11 @@ TEST(StoreHostsTcp, SendsOfEveryKindLeaveWholeNumberedFramesInOrder) {
   const GroupSpec g = on_hosts(spec("sends", 2), "ab");
   // Group rank 1 is this test: a listener of its own, published as the
   // transport publishes one.
-  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t alen = sizeof a;
-  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(lfd, 4), 0);
-  ASSERT_EQ(::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &alen), 0);
+  std::uint16_t lport = 0;
+  const int lfd = accrun::testing::listen_loopback(4, &lport);
+  ASSERT_GE(lfd, 0);
   const std::string token(32, '7');
-  ASSERT_TRUE(rv.publish("tcp.addr.1", std::to_string(ntohs(a.sin_port)) + " 127.0.0.1 " + token).is_ok());
+  ASSERT_TRUE(rv.publish("tcp.addr.1", std::to_string(lport) + " 127.0.0.1 " + token).is_ok());
   auto t = store::TcpTransport::create(w.context(g, 0, &rv), {false, true}, 4u << 20);
   ASSERT_TRUE(t.is_ok()) << t.status().message();
   store::TcpTransport& links = **t;

@@ -19,7 +19,7 @@
 #include "accrun/object_wire.hpp"
 #include "agent/object_server.hpp"
 #include "directory.hpp"
-#include "idle_connections.hpp"
+#include "loopback.hpp"
 #include "object_store.hpp"
 #include "shm_temp_dir.hpp"
 
@@ -256,15 +256,10 @@ TEST(ObjectServer, AnAgentThatIsGoneIsARemoteErrorNamingItsHost) {
 TEST(ObjectServer, AnAgentThatDoesNotAnswerIsGivenUpAfterFiveSeconds) {
   TempDir d0, d1;
   MemoryDirectory dir;
-  const int l = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t alen = sizeof a;
-  ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(l, 16), 0);
-  ASSERT_EQ(::getsockname(l, reinterpret_cast<sockaddr*>(&a), &alen), 0);
-  const std::string addr = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  std::uint16_t port = 0;
+  const int l = testing::listen_loopback(16, &port);
+  ASSERT_GE(l, 0);
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
   auto h0 = ObjectStore::open(dir, StoreOptions{d0.path(), "h0", 0, "", addr});
   auto h1 = ObjectStore::open(dir, StoreOptions{d1.path(), "h1", 1, "", "127.0.0.1:1"});
   ASSERT_TRUE(h0.is_ok() && h1.is_ok());

@@ -18,7 +18,7 @@
 
 #include "agent/tree_links.hpp"
 #include "controller/protocol.hpp"
-#include "idle_connections.hpp"
+#include "loopback.hpp"
 #include "wire/codec.hpp"
 #include "wire/connection.hpp"
 

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "../../unit/loopback.hpp"
 #include "peer_guard.hpp"
 
 namespace {
@@ -287,15 +288,8 @@ TEST(Security, AnotherUserWithAFakedUidCannotJoinReadPublishOrAbort) {
 class PeerOwner : public ::testing::Test {
  protected:
   void SetUp() override {
-    listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    listener_ = accrun::testing::listen_loopback(8, &port_);
     ASSERT_GE(listener_, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    ASSERT_EQ(listen(listener_, 8), 0);
-    socklen_t len = sizeof addr_;
-    ASSERT_EQ(getsockname(listener_, reinterpret_cast<sockaddr*>(&addr_), &len), 0);
   }
   void TearDown() override { close(listener_); }
   // Connects from a child process running as `uid`, returns our end.
@@ -306,8 +300,8 @@ class PeerOwner : public ::testing::Test {
     if (child == 0) {
       close(sync[1]);
       if (uid != geteuid() && setuid(uid) != 0) _exit(1);
-      int fd = socket(AF_INET, SOCK_STREAM, 0);
-      if (connect(fd, reinterpret_cast<sockaddr*>(&addr_), sizeof addr_) != 0) _exit(2);
+      const int fd = accrun::testing::connect_loopback(port_);
+      if (fd < 0) _exit(2);
       char c;
       (void)!read(sync[0], &c, 1);  // stay connected until the parent looked
       _exit(0);
@@ -323,7 +317,7 @@ class PeerOwner : public ::testing::Test {
     waitpid(child_, nullptr, 0);
   }
   int listener_ = -1;
-  sockaddr_in addr_{};
+  std::uint16_t port_ = 0;
   int sync_ = -1;
   pid_t child_ = -1;
 };
@@ -358,8 +352,8 @@ TEST_F(PeerOwner, GuardedAcceptRefusesAnotherUid) {
   if (child == 0) {
     close(sync[1]);
     if (setuid(65534) != 0) _exit(1);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr_), sizeof addr_) != 0) _exit(2);
+    const int fd = accrun::testing::connect_loopback(port_);
+    if (fd < 0) _exit(2);
     char c;
     // The guard closed our connection: read sees its end at once.
     ssize_t n = read(fd, &c, 1);
