@@ -375,6 +375,28 @@ TEST_P(StoreHosts, MembersThatDisagreeAcrossHostsFailNamingBoth) {
   });
 }
 
+// A member that made one collective call more than the other (a broadcast
+// refused on it alone: its root is out of range) is told at the next call's
+// first message, naming both calls' numbers, instead of that call being
+// matched with the other's earlier one.
+TEST_P(StoreHosts, AMemberACollectiveCallAheadFailsNamingBothCalls) {
+  World w;
+  w.run(on_hosts(spec("ahead", 2, 5000), "ab", GetParam()), [&](int r, Backend& b) {
+    std::vector<float> v(8, 1.0f), sum(8, 0.0f);
+    if (r == 1) {
+      const Status refused = b.broadcast(v.data(), v.size(), DType::kFloat32, 7, nullptr);
+      ASSERT_EQ(refused.code(), Code::kInvalidArgument) << refused.message();
+    }
+    const Status s = b.allreduce(v.data(), sum.data(), v.size(), DType::kFloat32, Op::kSum, nullptr);
+    EXPECT_EQ(s.code(), Code::kInvalidUsage) << "rank " << r << ": " << s.message();
+    const std::string mine = r == 0 ? "as its collective call 1 on the group" : "as its collective call 2 on the group";
+    const std::string theirs = r == 0 ? "as its call 2" : "as its call 1";
+    EXPECT_NE(s.message().find(mine), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(theirs), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("another number of collective calls"), std::string::npos) << s.message();
+  });
+}
+
 // Members that disagree on a root on another host (rank 3 names root 1, on
 // the same host as the others' root 0), or on a count: every member fails
 // with ACCRUN_ERR_INVALID_USAGE, at this call or its next, never with wrong

@@ -159,6 +159,7 @@ Wait HierGroup::wait_spec() const {
 
 Status HierGroup::enter(const char* op, void* stream, bool collective) {
   op_ = op;
+  if (collective) ++calls_;
   if (!broken_.is_ok()) return broken_;
   local_->sign_root_as(-1);  // reduce and broadcast name theirs
   if (stream != nullptr)
@@ -241,15 +242,20 @@ Status HierGroup::lrecv(int host, void* data, std::size_t len, const Wait& w) {
 
 // A timeout waiting for another host's member of this lane: that member
 // waits in turn for its host's members, so the one missing may be any of
-// them; the message says so.
+// them; the message says so, and which collective call on the group this
+// member was in (the others' errors say theirs).
 Status HierGroup::speaks_for(Status s, int host) const {
   if (s.code() != Code::kTimeout || s.message().find(" gave up: ") != std::string::npos) return s;
-  std::string who;
+  std::string m = s.message();
   const auto& ranks = hosts_[static_cast<std::size_t>(host)];
-  if (ranks.size() < 2) return s;
-  for (int g : ranks) who += (who.empty() ? "" : ", ") + std::to_string(g);
-  return Status(s.code(), s.message() + ", which speaks for its host's members (group ranks " + who +
-                              "): the one that had not arrived may be any of them");
+  if (ranks.size() >= 2) {
+    std::string who;
+    for (int g : ranks) who += (who.empty() ? "" : ", ") + std::to_string(g);
+    m += ", which speaks for its host's members (group ranks " + who +
+         "): the one that had not arrived may be any of them";
+  }
+  // Against the others' errors: which call each member was in.
+  return Status(s.code(), m + " (in this member's collective call " + std::to_string(calls_) + " on the group)");
 }
 
 // What an lrecv took: its signature against this member's call, and its
@@ -310,8 +316,15 @@ Status HierGroup::check_sig(int from, const std::string& message) {
                   : std::string()) +
              (s.coll == kReduce || s.coll == kBroadcast ? " root " + std::to_string(s.root) : std::string());
     };
+    std::string mine = text(sig_), other = text(theirs), hint;
+    if (theirs.call != sig_.call) {
+      mine += " as its collective call " + std::to_string(sig_.call) + " on the group";
+      other += " as its call " + std::to_string(theirs.call);
+      hint = "; a member made another number of collective calls than the others before this one (a call "
+             "refused on it alone, or a loop that ran another number of times)";
+    }
     return invalid_usage("group '" + name_ + "': the members disagree: group rank " + std::to_string(rank_) +
-                         " called " + text(sig_) + ", " + links_->describe(from) + " called " + text(theirs));
+                         " called " + mine + ", " + links_->describe(from) + " called " + other + hint);
   }
   return Status::ok();
 }
@@ -467,7 +480,7 @@ Status HierGroup::leaders_broadcast(char* buf, std::size_t bytes, int root_host)
 Status HierGroup::allreduce(const void* send, void* recv, std::size_t count, DType dt, Op op, void* stream) {
   ACCRUN_RETURN_IF_ERROR(enter("allreduce", stream, true));
   if (count > 0 && (send == nullptr || recv == nullptr)) return invalid_argument("group '" + name_ + "': allreduce: a NULL buffer");
-  sig_ = Sig{kAllreduce, static_cast<std::uint32_t>(dt), static_cast<std::uint32_t>(op), -1, count};
+  sig_ = Sig{kAllreduce, static_cast<std::uint32_t>(dt), static_cast<std::uint32_t>(op), -1, count, calls_};
   if (lanes_ > 1 && count * dtype_size(dt) >= kLanesMinBytes) {
     return run(local_->allreduce_around(send, recv, count, dt, op, [&](char* slice, std::size_t n) {
       if (n == 0) return Status::ok();  // as on every host: the slices are the same
@@ -489,7 +502,7 @@ Status HierGroup::reduce(const void* send, void* recv, std::size_t count, DType 
   ACCRUN_RETURN_IF_ERROR(check_rank(root, "root"));
   local_->sign_root_as(root);
   const std::size_t bytes = count * dtype_size(dt);
-  sig_ = Sig{kReduce, static_cast<std::uint32_t>(dt), static_cast<std::uint32_t>(op), root, count};
+  sig_ = Sig{kReduce, static_cast<std::uint32_t>(dt), static_cast<std::uint32_t>(op), root, count, calls_};
   const int root_host = host_of_[static_cast<std::size_t>(root)];
   const bool root_leads = local_index(root) == 0;
   std::vector<char> tmp;
@@ -519,7 +532,7 @@ Status HierGroup::broadcast(void* buf, std::size_t count, DType dt, int root, vo
   ACCRUN_RETURN_IF_ERROR(check_rank(root, "root"));
   local_->sign_root_as(root);
   if (count > 0 && buf == nullptr) return invalid_argument("group '" + name_ + "': broadcast: a NULL buffer");
-  sig_ = Sig{kBroadcast, static_cast<std::uint32_t>(dt), 0, root, count};
+  sig_ = Sig{kBroadcast, static_cast<std::uint32_t>(dt), 0, root, count, calls_};
   const int root_host = host_of_[static_cast<std::size_t>(root)];
   const std::size_t ds = dtype_size(dt), bytes = count * ds;
   const int hosts = static_cast<int>(hosts_.size());
@@ -561,7 +574,7 @@ Status HierGroup::broadcast(void* buf, std::size_t count, DType dt, int root, vo
 Status HierGroup::allgather(const void* send, void* recv, std::size_t n, DType dt, void* stream) {
   ACCRUN_RETURN_IF_ERROR(enter("allgather", stream, true));
   if (n > 0 && (send == nullptr || recv == nullptr)) return invalid_argument("group '" + name_ + "': allgather: a NULL buffer");
-  sig_ = Sig{kAllgather, static_cast<std::uint32_t>(dt), 0, -1, n};
+  sig_ = Sig{kAllgather, static_cast<std::uint32_t>(dt), 0, -1, n, calls_};
   const std::size_t blk = n * dtype_size(dt);
   const auto& mine = hosts_[static_cast<std::size_t>(my_host_)];
   char* out = static_cast<char*>(recv);
@@ -676,7 +689,7 @@ Status HierGroup::reducescatter(const void* send, void* recv, std::size_t recv_c
 
 Status HierGroup::barrier() {
   ACCRUN_RETURN_IF_ERROR(enter("barrier", nullptr, true));
-  sig_ = Sig{kBarrier, 0, 0, -1, 0};
+  sig_ = Sig{kBarrier, 0, 0, -1, 0, calls_};
   ACCRUN_RETURN_IF_ERROR(run(local_->barrier()));
   if (leader() && doubling(0, 0)) {
     const Wait w = wait_spec();

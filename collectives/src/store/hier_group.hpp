@@ -96,6 +96,11 @@ class HierGroup final : public Backend {
     std::uint32_t coll = 0, dtype = 0, op = 0;
     std::int32_t root = 0;
     std::uint64_t count = 0;
+    // The sender's count of collective calls on the group, this one
+    // included: a member that skipped or added one (a call refused on it
+    // alone, a loop that ran once more) is told at its first message
+    // instead of being matched with another call of the same kind.
+    std::uint64_t call = 0;
   };
   struct PendingRecv {
     void* buf;
@@ -164,6 +169,7 @@ class HierGroup final : public Backend {
   Status broken_;
   bool told_ = false;  // the failure came from another leader, who told the rest
   int depth_ = 0;
+  std::uint64_t calls_ = 0;  // collective calls entered (Sig::call)
   std::vector<PendingRecv> pending_;
   std::vector<char> acc_;  // scratch of the collectives, kept between calls
   static constexpr std::uint32_t kSaid = 8;
