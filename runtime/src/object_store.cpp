@@ -59,6 +59,18 @@ Result<Meta> parse_meta(const std::string& s) {
   return m;
 }
 
+// Unpublishes the key `mk` while it still names `file`: an object put again
+// since (after another member finished this delete) names another, which
+// stays.  Errors are the directory's; a key gone already is none.
+Status unpublish_if_names(Directory& dir, const std::string& mk, const std::string& file) {
+  auto v = dir.lookup(mk, 0);
+  if (!v) return v.status().code() == Code::kNotFound ? Status::ok() : v.status();
+  auto m = parse_meta(*v);
+  if (!m || m->file != file) return Status::ok();
+  Status st = dir.unpublish(mk);
+  return st.code() == Code::kNotFound ? Status::ok() : st;
+}
+
 // 32 random hex digits: the part of a file's name no other host can guess.
 Result<std::string> random_token() {
   unsigned char b[objects::kTokenHex / 2];
@@ -291,9 +303,7 @@ void ObjectStore::collect(HostLock& lock, bool recount) {
       lock.unlock();
       for (std::size_t d = 0; d < dead.size(); ++d) {
         if (std::find(gone_again.begin(), gone_again.end(), dead[d].key) == gone_again.end()) continue;
-        auto v = dir_.lookup(meta_key(dead[d].key), 0);
-        auto m = v ? parse_meta(*v) : Result<Meta>(not_found(""));
-        if (m && m->file == dead[d].file) (void)dir_.unpublish(meta_key(dead[d].key));
+        (void)unpublish_if_names(dir_, meta_key(dead[d].key), dead[d].file);
       }
       lock.lock();
     }
@@ -416,6 +426,12 @@ Status ObjectStore::heal_if_gone(const std::string& key) {
   if (!meta || meta->host != opts_.host || file_exists(meta->file)) return invalid_usage("");
   HostLock lock(*this);
   collect(lock, false);
+  // A delete from another host's rank that died after the agent's unlink
+  // left no entry here: its key goes too.
+  if (!deleted_by_another(meta->file)) {
+    lock.unlock();
+    (void)unpublish_if_names(dir_, meta_key(key), meta->file);
+  }
   return Status::ok();
 }
 
@@ -556,11 +572,16 @@ Status ObjectStore::remove(const std::string& key) {
   if (meta->host != opts_.host) {
     ACCRUN_RETURN_IF_ERROR(reachable(*meta, key, "delete"));
     Status st = delete_remote_object(meta->server, meta->host, meta->file);
-    if (st.code() == Code::kNotFound) return not_found("no object '" + key + "' (deleted already)");
+    if (st.code() == Code::kNotFound) {
+      // Its file is gone but its key stayed: a delete from another host
+      // that died between the two (or one racing this).  The key goes
+      // now, so it can be put again.
+      (void)unpublish_if_names(dir_, mk, meta->file);
+      return not_found("no object '" + key + "' (deleted already)");
+    }
     if (!st) return st.with_context("object '" + key + "'");
-    st = dir_.unpublish(mk);
-    if (!st && st.code() != Code::kNotFound) return st.with_context("object store: unpublish '" + key + "'");
-    return Status::ok();
+    st = unpublish_if_names(dir_, mk, meta->file);
+    return st ? st : st.with_context("object store: unpublish '" + key + "'");
   }
   // unlink is the atomic step: of two racing deletes one frees the bytes.
   // It, the counter and the journal's slot change together under the host
@@ -573,15 +594,19 @@ Status ObjectStore::remove(const std::string& key) {
     release(at);
     if (err != ENOENT) return system_error("object store: unlink " + path, err);
     collect(lock, false);  // a dead delete's key is unpublished so
+    // (one from another host's rank, which left no entry here, so)
+    if (!deleted_by_another(meta->file)) {
+      lock.unlock();
+      (void)unpublish_if_names(dir_, mk, meta->file);
+    }
     return not_found("no object '" + key + "' (deleted already)");
   }
   counter().fetch_sub(meta->len);
   lock.unlock();
-  Status st = dir_.unpublish(mk);
+  Status st = unpublish_if_names(dir_, mk, meta->file);
   lock.lock();
   release(at);
-  if (!st && st.code() != Code::kNotFound) return st.with_context("object store: unpublish '" + key + "'");
-  return Status::ok();
+  return st ? st : st.with_context("object store: unpublish '" + key + "'");
 }
 
 }  // namespace accrun::runtime

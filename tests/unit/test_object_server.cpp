@@ -20,6 +20,7 @@
 #include "agent/object_server.hpp"
 #include "directory.hpp"
 #include "loopback.hpp"
+#include "object_fetch.hpp"
 #include "object_store.hpp"
 #include "shm_temp_dir.hpp"
 
@@ -113,6 +114,51 @@ TEST(ObjectServer, DeleteFromAnotherHostFreesTheOwningHostsBytes) {
   EXPECT_NE(st.message().find("cannot reach host h1"), std::string::npos) << st.message();
   EXPECT_EQ(t.on_h1->used(), 10u);
   EXPECT_TRUE(t.on_h1->remove("k").is_ok());
+}
+
+// A delete from another host that died between its two steps (the owning
+// agent unlinked the file; the key was never unpublished) leaves a key that
+// names nothing.  On another host, put refuses it as existing and the delete
+// that put's message asks for removes the key (saying the object was
+// deleted already); on the owning host, a delete does the same and a put
+// finds the file gone and takes the key.
+TEST(ObjectServer, ADeleteThatDiedBeforeItsUnpublishIsFinishedByTheNextDeleteOrPut) {
+  TwoHosts t;
+  ASSERT_TRUE(t.server && t.on_h0 && t.on_h1);
+  auto data = pattern(4096, 3);
+  // The dead delete's first step, as it asked the agent.
+  auto half_delete = [&] {
+    std::string file;
+    for (const auto& e : std::filesystem::directory_iterator(t.d0.path()))
+      if (e.path().filename().string().rfind("obj.", 0) == 0) file = e.path().filename().string();
+    ASSERT_FALSE(file.empty());
+    ASSERT_TRUE(runtime::delete_remote_object(t.server->addresses(), "h0", file).is_ok());
+  };
+  auto reads = [&](ObjectStore& on, std::size_t n) {
+    std::vector<unsigned char> got(n);
+    std::size_t len = 0;
+    Status st = on.get("k", got.data(), got.size(), &len, 0);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    EXPECT_EQ(len, n);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin()));
+  };
+  for (ObjectStore* deleter : {t.on_h1.get(), t.on_h0.get()}) {
+    ASSERT_TRUE(t.on_h0->put("k", data.data(), data.size()).is_ok());
+    half_delete();
+    EXPECT_EQ(t.on_h1->put("k", data.data(), 10).code(), Code::kInvalidUsage);
+    Status st = deleter->remove("k");
+    EXPECT_EQ(st.code(), Code::kNotFound) << st.message();
+    EXPECT_NE(st.message().find("deleted already"), std::string::npos) << st.message();
+    st = t.on_h1->put("k", data.data(), 10);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    reads(*t.on_h1, 10);  // (h1 has no agent: read there)
+    ASSERT_TRUE(t.on_h1->remove("k").is_ok());
+  }
+  ASSERT_TRUE(t.on_h0->put("k", data.data(), data.size()).is_ok());
+  half_delete();
+  Status st = t.on_h0->put("k", data.data(), 20);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  reads(*t.on_h1, 20);
 }
 
 // A rank stopped while it holds the host's store lock (here: the lock
