@@ -21,9 +21,12 @@ namespace accrun::runtime {
 namespace {
 
 constexpr std::size_t kMaxKeyLen = 256;
-// The segment: the counter at offset 0 (all the agent maps), then from
-// kSlotsAt the journal's slots, kSlotBytes apart.
+// The segment: the counter at offset 0 and the recount flag (all the agent
+// maps, objects::kAccountingAgentBytes), then from kSlotsAt the journal's
+// slots, kSlotBytes apart.
 constexpr std::size_t kSlotsAt = 4096;
+static_assert(objects::kAccountingAgentBytes <= objects::kAccountingLockAt &&
+              objects::kAccountingLockAt < kSlotsAt);
 constexpr std::size_t kSlotBytes = 512;
 constexpr int kSlots = 256;
 constexpr std::size_t kSegmentSize = kSlotsAt + kSlots * kSlotBytes;

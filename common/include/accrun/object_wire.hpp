@@ -32,6 +32,9 @@ inline constexpr std::size_t kAccountingLockAt = 64;
 // held it past kAccountingLockWait): the next put counts the host's bytes
 // again.
 inline constexpr std::size_t kAccountingRecountAt = 8;
+// The bytes of the file the agent maps: the two words above (the file is
+// larger: libaccrun's journal follows, which the agent never touches).
+inline constexpr std::size_t kAccountingAgentBytes = kAccountingRecountAt + sizeof(std::uint64_t);
 inline constexpr int kAccountingLockWaitMs = 200;
 // The environment variable in which a rank's agent says where it serves:
 // "address:port[,address:port...]".

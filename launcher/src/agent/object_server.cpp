@@ -28,7 +28,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kStall = std::chrono::seconds(30);        // a reader that takes nothing
 constexpr std::size_t kChunk = 4 << 20;
-constexpr std::size_t kAccountingSize = 4096;  // runtime/src/object_store.cpp
 
 // Waits for `events` on fd until `deadline`; false on timeout or when the
 // server is stopping (the destructor shuts the socket down, which wakes us).
@@ -74,14 +73,14 @@ bool delete_object(int dir_fd, const std::string& name, std::uint64_t len) {
   const bool ok = ::unlinkat(dir_fd, name.c_str(), 0) == 0;
   const int err = errno;
   if (ok) {
-    void* seg = ::mmap(nullptr, kAccountingSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void* seg = ::mmap(nullptr, objects::kAccountingAgentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (seg != MAP_FAILED) {
       auto word = [&](std::size_t at) {
         return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(static_cast<char*>(seg) + at));
       };
       if (locked) word(0).fetch_sub(len);
       else word(objects::kAccountingRecountAt).store(1);
-      ::munmap(seg, kAccountingSize);
+      ::munmap(seg, objects::kAccountingAgentBytes);
     }
   }
   ::close(fd);  // and the lock
