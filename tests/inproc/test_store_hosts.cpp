@@ -375,6 +375,26 @@ TEST_P(StoreHosts, MembersThatDisagreeAcrossHostsFailNamingBoth) {
   });
 }
 
+// A member that times out inside its host waiting for its leader says
+// where the leader is: in which collective call on the whole group, and
+// that it waits for another host (here host b's members come late), so the
+// hold-up is told from a leader that is busy or gets no CPU.
+TEST_P(StoreHosts, ATimeoutInsideAHostSaysTheLeaderWaitsForAnotherHost) {
+  World w;
+  w.run(on_hosts(spec("where", 4, 5000), "aabb", GetParam()), [&](int r, Backend& b) {
+    double v = 1, sum = 0;
+    if (r >= 2) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    if (r == 1) b.set_timeout(600);
+    const Status s = b.allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr);
+    if (r == 1) {
+      EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
+      EXPECT_NE(s.message().find("it is in its collective call 1 on the whole group, waiting for another host for "),
+                std::string::npos)
+          << s.message();
+    }
+  });
+}
+
 // A member that made one collective call more than the other (a broadcast
 // refused on it alone: its root is out of range) is told at the next call's
 // first message, naming both calls' numbers, instead of that call being

@@ -153,6 +153,17 @@ Status StoreGroup::check_all_sigs(int h) {
 
 // --------------------------------------------------------------------- rounds
 
+void StoreGroup::note_outer_call(std::uint64_t call) {
+  shm_->ctrl(rank_).outer_call.store(call, std::memory_order_relaxed);
+}
+
+void StoreGroup::note_across(bool waiting) {
+  const std::int64_t now = waiting ? std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                         Clock::now().time_since_epoch()).count()
+                                   : 0;
+  shm_->ctrl(rank_).across_since_ns.store(waiting ? std::max<std::int64_t>(now, 1) : 0, std::memory_order_relaxed);
+}
+
 std::uint64_t StoreGroup::publish() {
   shm_->ctrl(rank_).seq.store(++seq_, std::memory_order_release);
   return seq_;

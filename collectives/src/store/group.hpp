@@ -95,6 +95,10 @@ class StoreGroup final : public Backend {
   // signed into this group's calls until changed in place of their local
   // root: members of a host that disagree on a root elsewhere fail too.
   void sign_root_as(int root) { outer_root_ = root; }
+  // Where this member is in the group across hosts (Ctrl::outer_call,
+  // Ctrl::across_since_ns), for its host's members' timeout messages.
+  void note_outer_call(std::uint64_t call);
+  void note_across(bool waiting);
 
  private:
   enum class Coll : std::uint8_t { kAllreduce = 1, kReduce, kBroadcast, kAllgather, kReducescatter };

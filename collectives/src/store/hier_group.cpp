@@ -25,6 +25,19 @@ const char* coll_name(std::uint32_t c) {
   return "an unknown call";
 }
 
+// While one lives, this member is marked as waiting for another host, for
+// its host's members' timeout messages (Ctrl::across_since_ns).
+class Across {
+ public:
+  explicit Across(StoreGroup& local) : local_(local) { local_.note_across(true); }
+  ~Across() { local_.note_across(false); }
+  Across(const Across&) = delete;
+  Across& operator=(const Across&) = delete;
+
+ private:
+  StoreGroup& local_;
+};
+
 // The waits of the group's creation, bounded by its set-up timeout.
 Wait creation_wait(int timeout_ms) {
   Wait w;
@@ -159,7 +172,7 @@ Wait HierGroup::wait_spec() const {
 
 Status HierGroup::enter(const char* op, void* stream, bool collective) {
   op_ = op;
-  if (collective) ++calls_;
+  if (collective) local_->note_outer_call(++calls_);
   if (!broken_.is_ok()) return broken_;
   local_->sign_root_as(-1);  // reduce and broadcast name theirs
   if (stream != nullptr)
@@ -221,11 +234,13 @@ void HierGroup::say_algorithm(const char* algorithm, std::size_t bytes) {
 }
 
 Status HierGroup::lsend(int host, const void* data, std::size_t len, const Wait& w, bool borrow) {
+  Across across(*local_);  // (past the bound on what is queued, a send waits)
   return links_->send2(lane_peer(host), HostLinks::kCollective, &sig_, sizeof sig_,
                      data, len, w, borrow);
 }
 
 Status HierGroup::lflush(int host, const Wait& w) {
+  Across across(*local_);
   return links_->flush_link(lane_peer(host), w);
 }
 
@@ -233,6 +248,7 @@ Status HierGroup::lrecv(int host, void* data, std::size_t len, const Wait& w) {
   const int from = lane_peer(host);
   std::string head;
   bool placed = false;
+  Across across(*local_);
   // The data goes straight into `data` as it arrives; the signature to head.
   ACCRUN_RETURN_IF_ERROR(speaks_for(links_->recv_split(from, HostLinks::kCollective, sizeof(Sig),
                                                        static_cast<char*>(data), len, &head, &placed, w),
@@ -276,6 +292,7 @@ Status HierGroup::lrecv_all(const std::vector<Into>& from, const Wait& w) {
   splits.reserve(from.size());
   for (const Into& f : from)
     splits.push_back(HostLinks::Split{lane_peer(f.host), HostLinks::kCollective, sizeof(Sig), f.dest, f.len, {}});
+  Across across(*local_);
   if (Status st = links_->recv_splits(&splits, w); !st) {
     // Taken in order: the first not taken is the one waited for.
     for (const HostLinks::Split& s : splits)
@@ -290,6 +307,7 @@ Status HierGroup::lrecv_all(const std::vector<Into>& from, const Wait& w) {
 // front: the data starts sizeof(Sig) bytes in, so nothing is moved).
 Status HierGroup::lrecv_any(int host, std::string* out, const Wait& w) {
   const int from = lane_peer(host);
+  Across across(*local_);
   ACCRUN_RETURN_IF_ERROR(speaks_for(links_->recv_message(from, HostLinks::kCollective, out, w), host));
   return check_sig(from, *out);
 }

@@ -417,6 +417,17 @@ Status ShmTransport::timed_out(const Wait& w, const std::vector<int>& missing) c
                       " against this member's " + std::to_string(me.seq.load(std::memory_order_relaxed)) +
                       ", broadcasts entered " + std::to_string(c.bcast_entered.load(std::memory_order_acquire)) +
                       " against " + std::to_string(me.bcast_entered.load(std::memory_order_relaxed));
+    // In a group across hosts: which call it is in, and whether it waits
+    // for another host (the hold-up is there) or not (it is busy, or not
+    // given a CPU, here).
+    if (const std::uint64_t call = c.outer_call.load(std::memory_order_relaxed); call > 0) {
+      where_they_are += "; it is in its collective call " + std::to_string(call) + " on the whole group";
+      const std::int64_t since = c.across_since_ns.load(std::memory_order_relaxed);
+      const std::int64_t now =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+      where_they_are += since > 0 ? ", waiting for another host for " + std::to_string((now - since) / 1'000'000) + " ms"
+                                  : ", not waiting for another host";
+    }
   }
   const std::string waited =
       who.empty() ? "the group's members" : who + ", which had not arrived (" + where_they_are + ")";
