@@ -378,9 +378,11 @@ TEST_P(StoreHosts, MembersThatDisagreeAcrossHostsFailNamingBoth) {
 // A member that times out inside its host waiting for its leader says
 // where the leader is: in which collective call on the whole group, and
 // that it waits for another host (here host b's members come late), so the
-// hold-up is told from a leader that is busy or gets no CPU.
+// hold-up is told from a leader that is busy or gets no CPU.  Over TCP,
+// giving up on a timeout logs how far its links to other hosts got.
 TEST_P(StoreHosts, ATimeoutInsideAHostSaysTheLeaderWaitsForAnotherHost) {
   World w;
+  ::testing::internal::CaptureStderr();
   w.run(on_hosts(spec("where", 4, 5000), "aabb", GetParam()), [&](int r, Backend& b) {
     double v = 1, sum = 0;
     if (r >= 2) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
@@ -393,6 +395,12 @@ TEST_P(StoreHosts, ATimeoutInsideAHostSaysTheLeaderWaitsForAnotherHost) {
           << s.message();
     }
   });
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  if (std::string(GetParam()) == "tcp") {
+    EXPECT_NE(log.find("giving up in collective call 1; link to group rank 3 (job rank 3 on host host-b): "),
+              std::string::npos)
+        << log;
+  }
 }
 
 // A member that made one collective call more than the other (a broadcast

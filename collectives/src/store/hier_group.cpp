@@ -194,6 +194,19 @@ Status HierGroup::fail(Status s) {
   if (broken_.is_ok()) {
     broken_ = Status(s.code(), s.message() + " (the group is unusable now; destroy it)");
     local_->give_up(s);  // this host's members
+    // On a timeout, where this member's links to the other hosts stood: a
+    // message one side counts as sent and the other never got shows in the
+    // two members' logs.
+    if (s.code() == Code::kTimeout && links_ != nullptr && (leader() || lanes_ > 1)) {
+      for (std::size_t h = 0; h < hosts_.size(); ++h) {
+        if (static_cast<int>(h) == my_host_) continue;
+        const int peer = hosts_[h][static_cast<std::size_t>(local_rank_)];
+        const std::string state = links_->link_state(peer);
+        if (!state.empty())
+          log(LogLevel::kWarn, "group %s: giving up in collective call %llu; link to %s: %s", name_.c_str(),
+              static_cast<unsigned long long>(calls_), links_->describe(peer).c_str(), state.c_str());
+      }
+    }
     if ((leader() || lanes_ > 1) && !told_) {
       // The other hosts' members of this member's lane (the leaders, for a
       // leader), so none waits for this one; they tell their hosts in turn.

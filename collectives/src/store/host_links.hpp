@@ -81,6 +81,13 @@ class HostLinks {
   virtual void leaving() {}
   // "group rank 3 (job rank 7 on host n2)", for messages.
   virtual std::string describe(int peer) const = 0;
+  // How far the link to `peer` got each way (messages, bytes queued or in
+  // the kernel), for the log of a member that gives up; empty where the
+  // transport does not say.
+  virtual std::string link_state(int peer) {
+    (void)peer;
+    return std::string();
+  }
   // Sets up the links to `peers` now, at group creation, where a transport
   // wants them made in a fixed order (TCP: one connection per pair).
   virtual Status pair_up(const std::vector<int>& peers, const Wait& w) {

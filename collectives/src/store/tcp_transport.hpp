@@ -97,6 +97,9 @@ class TcpTransport final : public Transport, public HostLinks {
   // Waits until everything queued has been handed to the kernel.
   Status flush(const Wait& w) override;
   std::string describe(int peer) const override;
+  // What a timed-out wait on `peer` says of its link: messages each way, a
+  // message half read, bytes still in the sockets.
+  std::string link_state(int peer) override;
   // Bytes read from peer's connection that no receive has taken yet: whole
   // messages waiting, the one being read, and what is staged unparsed.
   std::size_t buffered(int peer) const;
@@ -216,9 +219,6 @@ class TcpTransport final : public Transport, public HostLinks {
   // were dropped): a send or flush that returned ok would hide that they
   // never left.
   Status unsent(int peer, const Wait& w);
-  // What a timed-out wait on `peer` says of its link: messages each way, a
-  // message half read, bytes still in the sockets.
-  std::string link_state(int peer);
   void lose(int peer, const std::string& why);
   void lose_locked(int peer, const std::string& why);
   // Waits for ready() with the group's deadline, watching `peer` (or no one
