@@ -782,6 +782,20 @@ TEST(StoreHostsTcp, AConnectionWithoutTheTokenIsRefusedAndTheGroupGoesOn) {
   EXPECT_EQ(done.load(), 2);
 }
 
+// "ip:port" of a socket's own end, or of its peer's (empty when it has none).
+std::string socket_end(int fd, bool peer) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  const int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
+                      : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  if (rc != 0 || a.sin_family != AF_INET) return "";
+  char b[INET_ADDRSTRLEN];
+  ::inet_ntop(AF_INET, &a.sin_addr, b, sizeof b);
+  return std::string(b) + ":" + std::to_string(ntohs(a.sin_port));
+}
+std::string local_end(int fd) { return socket_end(fd, false); }
+std::string peer_end(int fd) { return socket_end(fd, true); }
+
 // One member's TCP transport alone (group rank `me` of `size`, each on a
 // host of its own), and this test speaking for the others over connections
 // of its own: frames exactly as they write them, cut where the test likes.
@@ -800,6 +814,31 @@ class ForgedPeers {
       if (fd >= 0) ::close(fd);
   }
   store::TcpTransport* links() { return links_.get(); }
+  // Connects as group rank 0 and has the member receive one message ("abcd").
+  void first_message() {
+    ASSERT_NE(links(), nullptr);
+    connect();
+    frame(0, 4, "abcd");
+    char in[8] = {};
+    std::size_t got = 0;
+    store::Wait w;
+    w.timeout_ms = 5000;
+    w.deadline = Clock::now() + std::chrono::milliseconds(w.timeout_ms);
+    w.op = "recv";
+    ASSERT_TRUE(links()->recv(0, store::HostLinks::kP2p, in, sizeof in, &got, w).is_ok());
+    ASSERT_EQ(std::string(in, got), "abcd");
+  }
+  // The two ends of the connection made as `as`: the forger's, and the
+  // member's ("ip:port").
+  std::string forger_end(int as) const { return local_end(fds_[static_cast<std::size_t>(as)]); }
+  std::string member_end(int as) const { return peer_end(fds_[static_cast<std::size_t>(as)]); }
+  // The member's descriptor of that connection (-1 when none is found).
+  int member_fd(int as) const {
+    const std::string mine = forger_end(as), theirs = member_end(as);
+    for (int fd = 0; fd < 4096; ++fd)
+      if (fd != fds_[static_cast<std::size_t>(as)] && local_end(fd) == theirs && peer_end(fd) == mine) return fd;
+    return -1;
+  }
   // Connects to the member's listener as group rank `as`, with the token
   // it published.
   void connect(int as = 0) {
@@ -905,7 +944,69 @@ TEST(StoreHostsTcp, AReceiveThatTimesOutSaysHowFarItsLinkGot) {
   ASSERT_TRUE(p.links()->recv(0, store::HostLinks::kP2p, in, sizeof in, &got, wait_ms(5000)).is_ok());
   Status s = p.links()->recv(0, store::HostLinks::kP2p, in, sizeof in, &got, wait_ms(300));
   EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
-  EXPECT_NE(s.message().find("its link: 1 message received and 10 of the next one's 1000 bytes; 0 sent to it"),
+  EXPECT_NE(s.message().find("its link (" + p.member_end(0) + " to " + p.forger_end(0) +
+                             "): 1 message received and 10 of the next one's 1000 bytes; 0 sent to it"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(s.message().find("no longer names"), std::string::npos) << s.message();
+}
+
+// A link's descriptor that something else in the process closed, its
+// number then taken by another socket, is named as such by a receive that
+// times out (the link's bytes would go to, or come from, that other one).
+TEST(StoreHostsTcp, AReceiveThatTimesOutSaysWhenItsDescriptorNamesAnotherSocket) {
+  ForgedPeers p;
+  ASSERT_NO_FATAL_FAILURE(p.first_message());
+  char in[8] = {};
+  std::size_t got = 0;
+  const int theirs = p.member_fd(0);
+  ASSERT_GE(theirs, 0);
+  std::uint16_t port = 0;
+  const int listener = accrun::testing::listen_loopback(1, &port);
+  const int other = accrun::testing::connect_loopback(port);
+  ASSERT_GE(other, 0);
+  ASSERT_EQ(::dup2(other, theirs), theirs);  // closes the link's socket, as a stray close() would
+  const std::string other_ends = local_end(other) + " to " + peer_end(other);
+  Status s = p.links()->recv(0, store::HostLinks::kP2p, in, sizeof in, &got, wait_ms(300));
+  EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
+  EXPECT_NE(s.message().find("its descriptor " + std::to_string(theirs) + " no longer names that connection but "
+                             "connection " + other_ends + ": something else in this process closed it"),
+            std::string::npos)
+      << s.message();
+  ::close(other);
+  ::close(listener);
+}
+
+// Something else in the process that reads a link's connection (taking a
+// message the transport never sees) or writes to it is named by a receive
+// that times out: the kernel's byte counts of the connection differ from
+// the transport's own.
+TEST(StoreHostsTcp, AReceiveThatTimesOutSaysWhenSomethingElseReadOrWroteItsConnection) {
+  ForgedPeers p;
+  ASSERT_NO_FATAL_FAILURE(p.first_message());
+  char in[8] = {};
+  std::size_t got = 0;
+  ASSERT_TRUE(p.links()->send(0, store::HostLinks::kP2p, "ok", 2, wait_ms(5000)).is_ok());  // answers on it
+  const int theirs = p.member_fd(0);
+  ASSERT_GE(theirs, 0);
+  const std::string stolen = ForgedPeers::frame(0, 1, 4, "efgh");
+  p.write(0, stolen);
+  std::string taken(stolen.size(), '\0');
+  pollfd pf{theirs, POLLIN, 0};
+  ASSERT_EQ(::poll(&pf, 1, 5000), 1);
+  ASSERT_EQ(::recv(theirs, taken.data(), taken.size(), MSG_WAITALL), static_cast<ssize_t>(stolen.size()));
+  ASSERT_EQ(::send(theirs, "xyz", 3, MSG_NOSIGNAL), 3);
+  Status s = p.links()->recv(0, store::HostLinks::kP2p, in, sizeof in, &got, wait_ms(300));
+  EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
+  const std::size_t read = 24 + 16 + 4;  // its hello and first message
+  EXPECT_NE(s.message().find("of the " + std::to_string(read + stolen.size()) + " bytes the kernel received on that "
+                             "connection " + std::to_string(read + stolen.size()) + " were read, " +
+                             std::to_string(read) + " by this transport: something else in this process read it"),
+            std::string::npos)
+      << s.message();
+  const std::size_t wrote = 16 + 2;  // its answer
+  EXPECT_NE(s.message().find("the kernel took " + std::to_string(wrote + 3) + " bytes to send on that connection, " +
+                             std::to_string(wrote) + " from this transport: something else in this process wrote to it"),
             std::string::npos)
       << s.message();
 }
@@ -926,12 +1027,7 @@ unsigned test_seed() {
 // fail too instead of waiting for the group's timeout.
 TEST(StoreHostsTcp, ALinkLostWithMessagesQueuedFailsItsFlushAndEndsThePeersConnection) {
   ForgedPeers p;
-  ASSERT_NE(p.links(), nullptr);
-  p.connect();
-  p.frame(0, 4, "abcd");
-  char in[8] = {};
-  std::size_t got = 0;
-  ASSERT_TRUE(p.links()->recv(0, store::HostLinks::kP2p, in, sizeof in, &got, wait_ms(5000)).is_ok());
+  ASSERT_NO_FATAL_FAILURE(p.first_message());
   const std::string big(32u << 20, 'b');  // the peer does not read: most of it stays queued
   ASSERT_TRUE(p.links()->send(0, store::HostLinks::kP2p, big.data(), big.size(), wait_ms(5000)).is_ok());
   p.write(0, std::string(16, 'x'));

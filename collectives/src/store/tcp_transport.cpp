@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/uio.h>
@@ -25,6 +26,7 @@
 
 #include "accrun/log.hpp"
 #include "accrun/tcp_congestion.hpp"
+#include "store/tcp_counts.hpp"
 #include "store/wait.hpp"
 
 namespace accrun::collectives::store {
@@ -109,7 +111,34 @@ std::uint64_t get64(const unsigned char* p) {
   return v;
 }
 
+std::string endpoint(const sockaddr_in& a) {
+  char b[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &a.sin_addr, b, sizeof b);
+  return std::string(b) + ":" + std::to_string(ntohs(a.sin_port));
+}
+
 }  // namespace
+
+TcpTransport::Socket TcpTransport::Socket::of(int fd) {
+  Socket s;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0) s.inode = st.st_ino;
+  sockaddr_in me{}, peer{};
+  socklen_t me_len = sizeof me, peer_len = sizeof peer;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &me_len) == 0 &&
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) == 0 && me.sin_family == AF_INET &&
+      peer.sin_family == AF_INET)
+    s.ends = endpoint(me) + " to " + endpoint(peer);
+  return s;
+}
+
+std::string TcpTransport::reused(int fd, const Socket& was) {
+  const Socket now = Socket::of(fd);
+  if (now.inode == was.inode && now.ends == was.ends) return "";
+  return "; its descriptor " + std::to_string(fd) + " no longer names that connection but " +
+         (now.ends.empty() ? "another file" : "connection " + now.ends) +
+         ": something else in this process closed it and opened another";
+}
 
 // The untagged Channel of transport.hpp: the program's messages (tag 0).
 class TcpTransport::TaggedChannel final : public Channel {
@@ -233,6 +262,8 @@ Status TcpTransport::connect_to(int peer, const Wait& w) {
     // and each message's acknowledgement rides on the answer.
     std::lock_guard<std::mutex> lock(out_mu_);
     l.out_fd = l.in_fd;
+    l.out_sock = l.in_sock;
+    l.out_bytes = 0;
     return Status::ok();
   }
   const std::string where = "group '" + name_ + "': " + w.op + ": connecting to " + describe(peer);
@@ -280,8 +311,12 @@ Status TcpTransport::connect_to(int peer, const Wait& w) {
     std::memcpy(hello + 8, token, 16);
     std::lock_guard<std::mutex> lock(out_mu_);
     l.out_fd = fd;
+    l.out_sock = Socket::of(fd);
+    l.out_bytes = 0;
     if (l.in_fd < 0) {  // the peer may answer on it
       l.in_fd = fd;
+      l.in_sock = l.out_sock;
+      l.in_bytes = 0;
       l.in_ours = true;
     }
     l.outq.emplace_front();  // goes first
@@ -370,6 +405,7 @@ Status TcpTransport::enqueue(int peer, Tag tag, const void* head, std::size_t he
       const ssize_t n = send_from(sent);
       if (n > 0) {
         sent += static_cast<std::size_t>(n);
+        l.out_bytes += static_cast<std::size_t>(n);
       } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
         if (n < 0) lose_locked(peer, std::string("broke the connection (") + std::strerror(errno) + ")");
         break;
@@ -691,7 +727,6 @@ void TcpTransport::progress(int timeout_ms) {
     }
   }
   if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
-  std::vector<std::size_t> done_pending;
   for (std::size_t i = 0; i < fds.size(); ++i) {
     if (fds[i].revents == 0) continue;
     const int w = who[i];
@@ -701,13 +736,14 @@ void TcpTransport::progress(int timeout_ms) {
     } else if (w == -1) {
       accept_all();
     } else if (w <= -2) {
-      if (take_hello(pending_[static_cast<std::size_t>(-2 - w)])) done_pending.push_back(static_cast<std::size_t>(-2 - w));
+      // Found by its descriptor: a read above may have taken pending
+      // connections already (adopt_pending), moving the others.
+      const auto p = std::find_if(pending_.begin(), pending_.end(), [&](const Pending& c) { return c.fd == fds[i].fd; });
+      if (p != pending_.end() && take_hello(*p)) pending_.erase(p);
     } else {
       read_link(w);
     }
   }
-  std::sort(done_pending.rbegin(), done_pending.rend());
-  for (std::size_t i : done_pending) pending_.erase(pending_.begin() + static_cast<long>(i));
 }
 
 void TcpTransport::accept_all() {
@@ -756,6 +792,8 @@ bool TcpTransport::take_hello(Pending& p) {
     // A peer that connected while we did sends on its own connection only
     // (and reads ours).
     l->in_fd = p.fd;
+    l->in_sock = Socket::of(p.fd);
+    l->in_bytes = kHelloBytes;
     l->in_ours = false;
   } else {
     refused("did not prove it belongs to the group");
@@ -911,6 +949,7 @@ void TcpTransport::read_link(int peer) {
       return;
     }
     const std::size_t got = static_cast<std::size_t>(n);
+    l.in_bytes += got;
     if (direct) {
       l.body_got += got;
       if (l.body_got == l.body_total) finish();
@@ -938,6 +977,7 @@ void TcpTransport::write_link_locked(int peer) {
     }
     l.out_off += static_cast<std::size_t>(n);
     l.queued -= static_cast<std::size_t>(n);
+    l.out_bytes += static_cast<std::size_t>(n);
     if (l.out_off == front.size()) {
       l.outq.pop_front();
       l.out_off = 0;
@@ -985,7 +1025,8 @@ std::string TcpTransport::link_state(int peer) {
     s = "it never connected";
   } else {
     const std::uint64_t whole = l.in_msgs - (l.in_body ? 1 : 0);
-    s = "its link: " + std::to_string(whole) + " message" + (whole == 1 ? "" : "s") + " received";
+    s = "its link (" + l.in_sock.ends + "): " + std::to_string(whole) + " message" + (whole == 1 ? "" : "s") +
+        " received";
     if (l.in_body)
       s += " and " + std::to_string(l.body_got) + " of the next one's " + std::to_string(l.body_total) + " bytes";
     else if (l.head_got > 0)
@@ -994,13 +1035,25 @@ std::string TcpTransport::link_state(int peer) {
     int unread = 0;
     if (!l.in_closed && ::ioctl(l.in_fd, FIONREAD, &unread) == 0 && unread > 0)
       s += ", " + std::to_string(unread) + " bytes unread in its socket";
+    s += reused(l.in_fd, l.in_sock);
+    TcpCounts k;
+    if (!l.in_closed && tcp_counts(l.in_fd, &k) && k.received - k.unread != l.in_bytes)
+      s += "; of the " + std::to_string(k.received) + " bytes the kernel received on that connection " +
+           std::to_string(k.received - k.unread) + " were read, " + std::to_string(l.in_bytes) +
+           " by this transport: something else in this process read it";
   }
   std::lock_guard<std::mutex> lock(out_mu_);
   s += "; " + std::to_string(l.out_msgs) + " sent to it";
+  if (l.out_fd >= 0 && l.out_fd != l.in_fd) s += " (on " + l.out_sock.ends + ")";
   if (l.queued > 0) s += ", " + std::to_string(l.queued) + " bytes not yet handed to the kernel";
   int unsent = 0;
   if (l.out_fd >= 0 && l.lost.empty() && ::ioctl(l.out_fd, TIOCOUTQ, &unsent) == 0 && unsent > 0)
     s += ", " + std::to_string(unsent) + " bytes in its socket not yet acknowledged";
+  if (l.out_fd >= 0 && l.out_fd != l.in_fd) s += reused(l.out_fd, l.out_sock);
+  TcpCounts k;
+  if (l.out_fd >= 0 && l.lost.empty() && tcp_counts(l.out_fd, &k) && k.acked + k.unacked != l.out_bytes)
+    s += "; the kernel took " + std::to_string(k.acked + k.unacked) + " bytes to send on that connection, " +
+         std::to_string(l.out_bytes) + " from this transport: something else in this process wrote to it";
   return s;
 }
 

@@ -114,6 +114,14 @@ class TcpTransport final : public Transport, public HostLinks {
     bool placed = false;  // the rest went to a posted receive's buffer
     std::size_t length = 0;  // the whole message's
   };
+  struct Socket {
+    unsigned long inode = 0;
+    std::string ends;  // "local ip:port to peer ip:port"
+    static Socket of(int fd);
+  };
+  // What link_state says of a descriptor that no longer names the
+  // connection the link took it for (empty while it does).
+  static std::string reused(int fd, const Socket& was);
   struct Link {
     std::string address;  // "port ip,ip token" as published; empty until looked up
     // One connection carries both ways where one side connected first:
@@ -123,6 +131,14 @@ class TcpTransport final : public Transport, public HostLinks {
     int out_fd = -1;       // our messages to the peer
     int in_fd = -1;        // its messages to us
     bool in_ours = false;  // in_fd is the connection we made
+    // Which connection each descriptor named when the link took it (its
+    // socket's inode and addresses), so a wait that times out can tell a
+    // descriptor that something else in the process closed and reused.
+    Socket in_sock, out_sock;
+    // Bytes this transport read from in_fd and wrote to out_fd (the hello
+    // included), held against the kernel's counts by link_state.
+    std::uint64_t in_bytes = 0;
+    std::uint64_t out_bytes = 0;  // (out_mu_)
     // Bytes the socket has not taken yet: copies, or (a borrowed send) the
     // caller's own memory, valid until it has flushed the link.
     struct Chunk {
