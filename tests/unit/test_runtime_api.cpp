@@ -279,6 +279,11 @@ TEST(RuntimeApi, FinalizeIsNotStarvedByThreadsThatKeepCalling) {
   while (!finalized.load() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_TRUE(finalized.load()) << "accrun_finalize did not return within 5 s";
+  // Each caller's next call after it fails; a caller the scheduler has not
+  // run since is given 5 s to make that call.
+  const auto t1 = std::chrono::steady_clock::now();
+  while (finalized.load() && after.load() < 4 && std::chrono::steady_clock::now() - t1 < std::chrono::seconds(5))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   stop = true;  // (so a starved finalize ends and the test too)
   fin.join();
   for (auto& c : callers) c.join();
