@@ -64,27 +64,33 @@ TEST_P(StoreHosts, BothSendThenBothReceive) {
 }
 
 // A single message larger than the bound on bytes buffered towards one peer
-// goes alone: its send returns at once, with the receiver busy elsewhere
+// goes alone: its send returns while the receiver is still busy elsewhere
 // (a 1 MiB bound here, as accrun_send(3) says of 64 MiB); the next send
-// waits for it to be taken.
+// waits for it to be taken.  (Told by order, not by time: the receiver
+// starts receiving once the first send has returned, or after 30 s.)
 TEST_P(StoreHosts, AMessageLargerThanTheBoundGoesAlone) {
   World w;
   store::Tuning t;
   t.pair_buffer_max = 1u << 20;
-  const GroupSpec g = on_hosts(spec("alone", 2, 20'000), "ab", GetParam());
+  const GroupSpec g = on_hosts(spec("alone", 2, 60'000), "ab", GetParam());
   // More than the kernel's socket buffers take (tens of MiB), so part is queued.
   const std::size_t n = (64u << 20) / sizeof(std::int32_t);
+  std::atomic<bool> first_returned{false}, receiving{false};
   w.run(g, t, [&](int r, Backend& b) {
     if (r == 0) {
       auto m = pattern(0, n, 1);
-      const auto start = Clock::now();
       ASSERT_TRUE(b.send(m.data(), n, DType::kInt32, 1, nullptr).is_ok());
-      EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(300));
+      EXPECT_FALSE(receiving.load()) << "the first send waited for its receive";
+      first_returned = true;
       m = pattern(0, n, 2);
       ASSERT_TRUE(b.send(m.data(), n, DType::kInt32, 1, nullptr).is_ok());
-      EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(400)) << "the second waits for the first";
+      EXPECT_TRUE(receiving.load()) << "the second send did not wait for the first to be taken";
     } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      const auto until = Clock::now() + std::chrono::seconds(30);
+      while (!first_returned.load() && Clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the second send is waiting by now
+      receiving = true;
       std::vector<std::int32_t> in(n);
       for (int k = 1; k <= 2; ++k) {
         ASSERT_TRUE(b.recv(in.data(), n, DType::kInt32, 0, nullptr).is_ok());
@@ -401,6 +407,33 @@ TEST_P(StoreHosts, ATimeoutInsideAHostSaysTheLeaderWaitsForAnotherHost) {
               std::string::npos)
         << log;
   }
+}
+
+// A member that gives up logs each link's bytes read and written, and on
+// links that are the transport's alone the kernel's counts agree with its
+// own: nothing says something else in the process used them (the SYN of the
+// connection this member made is no byte it wrote).
+TEST(StoreHostsTcp, AMemberThatGivesUpLogsItsLinksBytesAgreeingWithTheKernel) {
+  World w;
+  ::testing::internal::CaptureStderr();
+  w.run(on_hosts(spec("counts", 2, 5000), "ab", "tcp"), [&](int r, Backend& b) {
+    double v = 1, sum = 0;
+    ASSERT_TRUE(b.allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr).is_ok());
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    if (r == 0) b.set_timeout(300);
+    const Status s = b.allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr);
+    if (r == 0) {
+      EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
+    }
+  });
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  const std::string line = "giving up in collective call 2; link to group rank 1 (job rank 1 on host host-b): its link (";
+  const std::size_t at = log.find(line);
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::string state = log.substr(at, log.find('\n', at) - at);
+  EXPECT_NE(state.find(" received ("), std::string::npos) << state;
+  EXPECT_NE(state.find(" bytes written)"), std::string::npos) << state;
+  EXPECT_EQ(state.find("something else in this process"), std::string::npos) << state;
 }
 
 // A member that made one collective call more than the other (a broadcast
@@ -944,8 +977,10 @@ TEST(StoreHostsTcp, AReceiveThatTimesOutSaysHowFarItsLinkGot) {
   ASSERT_TRUE(p.links()->recv(0, store::HostLinks::kP2p, in, sizeof in, &got, wait_ms(5000)).is_ok());
   Status s = p.links()->recv(0, store::HostLinks::kP2p, in, sizeof in, &got, wait_ms(300));
   EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
+  const std::size_t read = 24 + (16 + 4) + (16 + 10);  // its hello, a message, a part of the next
   EXPECT_NE(s.message().find("its link (" + p.member_end(0) + " to " + p.forger_end(0) +
-                             "): 1 message received and 10 of the next one's 1000 bytes; 0 sent to it"),
+                             "): 1 message received and 10 of the next one's 1000 bytes (" + std::to_string(read) +
+                             " bytes read); 0 sent to it (0 bytes written)"),
             std::string::npos)
       << s.message();
   EXPECT_EQ(s.message().find("no longer names"), std::string::npos) << s.message();

@@ -132,6 +132,12 @@ TcpTransport::Socket TcpTransport::Socket::of(int fd) {
   return s;
 }
 
+// The kernel's count of bytes taken to send on fd (0 where it does not tell).
+static std::uint64_t kernel_out(int fd) {
+  TcpCounts k;
+  return tcp_counts(fd, &k) ? k.acked + k.unacked : 0;
+}
+
 std::string TcpTransport::reused(int fd, const Socket& was) {
   const Socket now = Socket::of(fd);
   if (now.inode == was.inode && now.ends == was.ends) return "";
@@ -264,6 +270,7 @@ Status TcpTransport::connect_to(int peer, const Wait& w) {
     l.out_fd = l.in_fd;
     l.out_sock = l.in_sock;
     l.out_bytes = 0;
+    l.out_base = kernel_out(l.out_fd);
     return Status::ok();
   }
   const std::string where = "group '" + name_ + "': " + w.op + ": connecting to " + describe(peer);
@@ -313,6 +320,7 @@ Status TcpTransport::connect_to(int peer, const Wait& w) {
     l.out_fd = fd;
     l.out_sock = Socket::of(fd);
     l.out_bytes = 0;
+    l.out_base = kernel_out(fd);
     if (l.in_fd < 0) {  // the peer may answer on it
       l.in_fd = fd;
       l.in_sock = l.out_sock;
@@ -1031,6 +1039,7 @@ std::string TcpTransport::link_state(int peer) {
       s += " and " + std::to_string(l.body_got) + " of the next one's " + std::to_string(l.body_total) + " bytes";
     else if (l.head_got > 0)
       s += " and " + std::to_string(l.head_got) + " of the next one's 16 header bytes";
+    s += " (" + std::to_string(l.in_bytes) + " bytes read)";
     if (l.stage_end > l.stage_at) s += ", " + std::to_string(l.stage_end - l.stage_at) + " bytes read ahead";
     int unread = 0;
     if (!l.in_closed && ::ioctl(l.in_fd, FIONREAD, &unread) == 0 && unread > 0)
@@ -1043,16 +1052,16 @@ std::string TcpTransport::link_state(int peer) {
            " by this transport: something else in this process read it";
   }
   std::lock_guard<std::mutex> lock(out_mu_);
-  s += "; " + std::to_string(l.out_msgs) + " sent to it";
-  if (l.out_fd >= 0 && l.out_fd != l.in_fd) s += " (on " + l.out_sock.ends + ")";
+  s += "; " + std::to_string(l.out_msgs) + " sent to it (" + std::to_string(l.out_bytes) + " bytes written" +
+       (l.out_fd >= 0 && l.out_fd != l.in_fd ? ", on " + l.out_sock.ends : std::string()) + ")";
   if (l.queued > 0) s += ", " + std::to_string(l.queued) + " bytes not yet handed to the kernel";
   int unsent = 0;
   if (l.out_fd >= 0 && l.lost.empty() && ::ioctl(l.out_fd, TIOCOUTQ, &unsent) == 0 && unsent > 0)
     s += ", " + std::to_string(unsent) + " bytes in its socket not yet acknowledged";
   if (l.out_fd >= 0 && l.out_fd != l.in_fd) s += reused(l.out_fd, l.out_sock);
   TcpCounts k;
-  if (l.out_fd >= 0 && l.lost.empty() && tcp_counts(l.out_fd, &k) && k.acked + k.unacked != l.out_bytes)
-    s += "; the kernel took " + std::to_string(k.acked + k.unacked) + " bytes to send on that connection, " +
+  if (l.out_fd >= 0 && l.lost.empty() && tcp_counts(l.out_fd, &k) && k.acked + k.unacked - l.out_base != l.out_bytes)
+    s += "; the kernel took " + std::to_string(k.acked + k.unacked - l.out_base) + " bytes to send on that connection, " +
          std::to_string(l.out_bytes) + " from this transport: something else in this process wrote to it";
   return s;
 }

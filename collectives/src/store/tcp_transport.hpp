@@ -139,6 +139,9 @@ class TcpTransport final : public Transport, public HostLinks {
     // included), held against the kernel's counts by link_state.
     std::uint64_t in_bytes = 0;
     std::uint64_t out_bytes = 0;  // (out_mu_)
+    // The kernel's count of bytes to send on out_fd when the link took it
+    // (the SYN of a connection this member made counts as one).
+    std::uint64_t out_base = 0;   // (out_mu_)
     // Bytes the socket has not taken yet: copies, or (a borrowed send) the
     // caller's own memory, valid until it has flushed the link.
     struct Chunk {
