@@ -1024,7 +1024,11 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       auto phase = r.u8("phase");
       if (!phase) return on_lost(agent, "sent a malformed phase");
       heard_since_launch_[static_cast<size_t>(agent)] = *phase == 1;
-      if (*phase == 1) ranks_started_[static_cast<size_t>(agent)] = true;
+      if (*phase == 1) {
+        ranks_started_[static_cast<size_t>(agent)] = true;
+        // (From now on its silence past 3 s is a lost host.)
+        log(LogLevel::kDebug, "host %s: its agent started its ranks", entries_[static_cast<size_t>(agent)].name.c_str());
+      }
       return;
     }
     case msg::kSpawn:

@@ -53,9 +53,11 @@ took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}')
 awk -v t="$took" 'BEGIN{exit !(t <= 5)}' && ok "scancel: all gone in $took s" || bad "scancel took $took s" "$(cat "$state/scratch/cancel.out")"
 # A node that drops off the network mid-job (its link down): the job ends
 # within 5 s naming it, and nothing is left on any node once it is back.
-salloc -N 4 -n 8 -O --quiet "$accrun" sleep 60 >"$state/scratch/node.out" 2>&1 &
+# (Once its agent said its ranks started: until then a host's silence is
+# judged over 30 s, its start being slow on a loaded host.)
+ACCRUN_LOG=debug salloc -N 4 -n 8 -O --quiet "$accrun" sleep 60 >"$state/scratch/node.out" 2>&1 &
 job=$!
-for _ in $(seq 100); do [ "$("$tb" hx h3 pgrep -c -x sleep)" -ge 1 ] && break; sleep 0.05; done
+for _ in $(seq 200); do grep -q "host h3: its agent started its ranks" "$state/scratch/node.out" && break; sleep 0.05; done
 t0=$(date +%s.%N)
 ip link set vt-h3 down
 wait $job
