@@ -17,7 +17,9 @@
 //
 // Messages are numbered on their link, and the receiver checks the numbers:
 // a message lost or repeated fails the link.  A wait that times out says
-// how far each direction of its link got.
+// how far each direction of its link got, and whether the kernel's view of
+// the connection (its descriptor, its byte counts) still agrees with the
+// transport's.
 //
 // Messages carry a tag, so the hierarchical group's collectives (tag 1) and
 // the program's sends (tag 0) share a link without mixing: a message read
