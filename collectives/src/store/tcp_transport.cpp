@@ -13,7 +13,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/eventfd.h>
-#include <sys/ioctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -1041,12 +1040,11 @@ std::string TcpTransport::link_state(int peer) {
       s += " and " + std::to_string(l.head_got) + " of the next one's 16 header bytes";
     s += " (" + std::to_string(l.in_bytes) + " bytes read)";
     if (l.stage_end > l.stage_at) s += ", " + std::to_string(l.stage_end - l.stage_at) + " bytes read ahead";
-    int unread = 0;
-    if (!l.in_closed && ::ioctl(l.in_fd, FIONREAD, &unread) == 0 && unread > 0)
-      s += ", " + std::to_string(unread) + " bytes unread in its socket";
-    s += reused(l.in_fd, l.in_sock);
     TcpCounts k;
-    if (!l.in_closed && tcp_counts(l.in_fd, &k) && k.received - k.unread != l.in_bytes)
+    const bool counted = !l.in_closed && tcp_counts(l.in_fd, &k);
+    if (counted && k.unread > 0) s += ", " + std::to_string(k.unread) + " bytes unread in its socket";
+    s += reused(l.in_fd, l.in_sock);
+    if (counted && k.received - k.unread != l.in_bytes)
       s += "; of the " + std::to_string(k.received) + " bytes the kernel received on that connection " +
            std::to_string(k.received - k.unread) + " were read, " + std::to_string(l.in_bytes) +
            " by this transport: something else in this process read it";
@@ -1055,12 +1053,11 @@ std::string TcpTransport::link_state(int peer) {
   s += "; " + std::to_string(l.out_msgs) + " sent to it (" + std::to_string(l.out_bytes) + " bytes written" +
        (l.out_fd >= 0 && l.out_fd != l.in_fd ? ", on " + l.out_sock.ends : std::string()) + ")";
   if (l.queued > 0) s += ", " + std::to_string(l.queued) + " bytes not yet handed to the kernel";
-  int unsent = 0;
-  if (l.out_fd >= 0 && l.lost.empty() && ::ioctl(l.out_fd, TIOCOUTQ, &unsent) == 0 && unsent > 0)
-    s += ", " + std::to_string(unsent) + " bytes in its socket not yet acknowledged";
-  if (l.out_fd >= 0 && l.out_fd != l.in_fd) s += reused(l.out_fd, l.out_sock);
   TcpCounts k;
-  if (l.out_fd >= 0 && l.lost.empty() && tcp_counts(l.out_fd, &k) && k.acked + k.unacked - l.out_base != l.out_bytes)
+  const bool counted = l.out_fd >= 0 && l.lost.empty() && tcp_counts(l.out_fd, &k);
+  if (counted && k.unacked > 0) s += ", " + std::to_string(k.unacked) + " bytes in its socket not yet acknowledged";
+  if (l.out_fd >= 0 && l.out_fd != l.in_fd) s += reused(l.out_fd, l.out_sock);
+  if (counted && k.acked + k.unacked - l.out_base != l.out_bytes)
     s += "; the kernel took " + std::to_string(k.acked + k.unacked - l.out_base) + " bytes to send on that connection, " +
          std::to_string(l.out_bytes) + " from this transport: something else in this process wrote to it";
   return s;
