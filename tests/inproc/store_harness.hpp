@@ -52,6 +52,7 @@ class MemRendezvous final : public Rendezvous {
 class FakePeers final : public PeerMonitor {
  public:
   std::optional<std::string> failure(int job_rank) const override {
+    if (on_ask) on_ask(job_rank);
     std::lock_guard<std::mutex> lock(mu_);
     auto it = failed_.find(job_rank);
     if (it == failed_.end()) return std::nullopt;
@@ -61,6 +62,9 @@ class FakePeers final : public PeerMonitor {
     std::lock_guard<std::mutex> lock(mu_);
     failed_[job_rank] = std::move(why);
   }
+  // Called first by every failure(job_rank): a test's way in at the moment
+  // a member asks whether a peer failed.  Set before the group starts.
+  std::function<void(int)> on_ask;
 
  private:
   mutable std::mutex mu_;

@@ -209,6 +209,56 @@ TEST(StoreFailure, BroadcastRunningAheadOfADeadReaderIsRemote) {
   reporter.join();
 }
 
+TEST(StoreFailure, ARootThatExitsRightAfterItsBroadcastStillDeliversIt) {
+  // A small broadcast's root puts the data in place and returns without
+  // waiting for its readers; it may then exit.  A reader that was already
+  // waiting, and that asks whether the root failed only after the root put
+  // the data there and exited, takes the data: the root's end is not this
+  // call's failure.  (The test lets the root broadcast, return and be
+  // reported gone exactly while the reader asks about it.)
+  World w;
+  GroupSpec g = spec("rootexits", 2, 20'000, {5, 6});
+  std::mutex mu;
+  std::condition_variable cv;
+  bool armed = false, go = false, root_done = false;
+  w.peers.on_ask = [&](int job_rank) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (job_rank != 5 || !armed || go) return;
+    go = true;
+    cv.notify_all();
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return root_done; }));
+    lock.unlock();
+    w.peers.fail(5, "rank 5 on host localhost exited with status 0");
+  };
+  w.run(g, [&](int r, Backend& b) {
+    std::int64_t v = r == 0 ? 42 : -1;
+    if (r == 0) {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return go; }));
+      }
+      ASSERT_TRUE(b.broadcast(&v, 1, DType::kInt64, 0, nullptr).is_ok());
+      std::lock_guard<std::mutex> lock(mu);
+      root_done = true;
+      cv.notify_all();
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      armed = true;
+    }
+    Status s = b.broadcast(&v, 1, DType::kInt64, 0, nullptr);
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    EXPECT_EQ(v, 42);
+    // The next call has nothing in place: there the root's end is the error.
+    s = b.broadcast(&v, 1, DType::kInt64, 0, nullptr);
+    EXPECT_EQ(s.code(), Code::kRemote) << s.message();
+    EXPECT_NE(s.message().find("job rank 5"), std::string::npos) << s.message();
+  });
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_TRUE(go) << "the reader never asked about the root while waiting";
+}
+
 TEST(StoreFailure, RankThatGaveUpStopsTheOthers) {
   // Rank 1 times out waiting for rank 2 (alive but stuck elsewhere); rank 0,
   // waiting on rank 1 with no timeout, learns of it at once.

@@ -58,7 +58,10 @@ struct Waiter {
   // small message far less), then yields, then sleeps in growing steps.
   // Every millisecond or so it asks check() whether a peer it waits for has
   // failed (a non-ok Status ends the wait), and past the deadline returns
-  // timed_out().
+  // timed_out().  A failure is the wait's only when ready() is still false
+  // after check() saw it: a peer may put what this member waits for in
+  // place and exit (a broadcast's root runs ahead of its readers) between
+  // the last ready() and check().
   template <class Ready, class Check, class TimedOut>
   Status until(Ready ready, Check check, Clock::time_point deadline, TimedOut timed_out) const {
     const auto start = Clock::now();
@@ -78,8 +81,8 @@ struct Waiter {
       const auto now = Clock::now();
       if (now >= next_check) {
         Status s = check();
-        if (!s) return s;
-        if (now >= deadline) return timed_out();
+        if (!s) return ready() ? Status::ok() : s;
+        if (now >= deadline) return ready() ? Status::ok() : timed_out();
         next_check = now + std::chrono::milliseconds(1);
       }
       const auto waited = now - start;
