@@ -409,6 +409,28 @@ TEST_P(StoreHosts, ATimeoutInsideAHostSaysTheLeaderWaitsForAnotherHost) {
   }
 }
 
+// And when the leader is late because it has not made the call at all
+// (it returned from the last one and is busy in the program's own code),
+// the member says that instead: the hold-up is outside accrun.
+TEST_P(StoreHosts, ATimeoutInsideAHostSaysTheLeaderHasNotMadeTheCall) {
+  World w;
+  w.run(on_hosts(spec("outside", 4, 5000), "aabb", GetParam()), [&](int r, Backend& b) {
+    double v = 1, sum = 0;
+    ASSERT_TRUE(b.allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr).is_ok());
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    if (r == 1) b.set_timeout(600);
+    const Status s = b.allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr);
+    if (r == 1) {
+      EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
+      EXPECT_NE(s.message().find("it returned from its collective call 1 on the whole group "), std::string::npos)
+          << s.message();
+      EXPECT_NE(s.message().find(" ms ago and has not called the group since (it is in the program's own code"),
+                std::string::npos)
+          << s.message();
+    }
+  });
+}
+
 // A member that gives up logs each link's bytes read and written, and on
 // links that are the transport's alone the kernel's counts agree with its
 // own: nothing says something else in the process used them (the SYN of the

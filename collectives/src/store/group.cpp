@@ -157,6 +157,12 @@ void StoreGroup::note_outer_call(std::uint64_t call) {
   shm_->ctrl(rank_).outer_call.store(call, std::memory_order_relaxed);
 }
 
+void StoreGroup::note_in_outer_call(bool inside) {
+  const std::int64_t now =
+      inside ? 0 : std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  shm_->ctrl(rank_).outer_left_ns.store(inside ? 0 : std::max<std::int64_t>(now, 1), std::memory_order_relaxed);
+}
+
 void StoreGroup::note_across(bool waiting) {
   const std::int64_t now = waiting ? std::chrono::duration_cast<std::chrono::nanoseconds>(
                                          Clock::now().time_since_epoch()).count()

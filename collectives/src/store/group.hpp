@@ -98,6 +98,9 @@ class StoreGroup final : public Backend {
   // Where this member is in the group across hosts (Ctrl::outer_call,
   // Ctrl::across_since_ns), for its host's members' timeout messages.
   void note_outer_call(std::uint64_t call);
+  // Whether this member is inside a collective call on the group across
+  // hosts (Ctrl::outer_left_ns: the time it returned, 0 while inside).
+  void note_in_outer_call(bool inside);
   void note_across(bool waiting);
 
  private:

@@ -157,6 +157,19 @@ void HierGroup::set_timeout(int timeout_ms) {
   local_->set_timeout(timeout_ms);
 }
 
+// While one lives, this member is inside a collective call on the group
+// (Ctrl::outer_left_ns), for the same messages.
+class InCall {
+ public:
+  explicit InCall(StoreGroup& local) : local_(local) { local_.note_in_outer_call(true); }
+  ~InCall() { local_.note_in_outer_call(false); }
+  InCall(const InCall&) = delete;
+  InCall& operator=(const InCall&) = delete;
+
+ private:
+  StoreGroup& local_;
+};
+
 int HierGroup::local_index(int group_rank) const {
   const auto& v = hosts_[static_cast<std::size_t>(host_of_[static_cast<std::size_t>(group_rank)])];
   return static_cast<int>(std::find(v.begin(), v.end(), group_rank) - v.begin());
@@ -509,6 +522,7 @@ Status HierGroup::leaders_broadcast(char* buf, std::size_t bytes, int root_host)
 // ------------------------------------------------------------ collectives
 
 Status HierGroup::allreduce(const void* send, void* recv, std::size_t count, DType dt, Op op, void* stream) {
+  const InCall in_call(*local_);
   ACCRUN_RETURN_IF_ERROR(enter("allreduce", stream, true));
   if (count > 0 && (send == nullptr || recv == nullptr)) return invalid_argument("group '" + name_ + "': allreduce: a NULL buffer");
   sig_ = Sig{kAllreduce, static_cast<std::uint32_t>(dt), static_cast<std::uint32_t>(op), -1, count, calls_};
@@ -529,6 +543,7 @@ Status HierGroup::allreduce(const void* send, void* recv, std::size_t count, DTy
 }
 
 Status HierGroup::reduce(const void* send, void* recv, std::size_t count, DType dt, Op op, int root, void* stream) {
+  const InCall in_call(*local_);
   ACCRUN_RETURN_IF_ERROR(enter("reduce", stream, true));
   ACCRUN_RETURN_IF_ERROR(check_rank(root, "root"));
   local_->sign_root_as(root);
@@ -559,6 +574,7 @@ Status HierGroup::reduce(const void* send, void* recv, std::size_t count, DType 
 }
 
 Status HierGroup::broadcast(void* buf, std::size_t count, DType dt, int root, void* stream) {
+  const InCall in_call(*local_);
   ACCRUN_RETURN_IF_ERROR(enter("broadcast", stream, true));
   ACCRUN_RETURN_IF_ERROR(check_rank(root, "root"));
   local_->sign_root_as(root);
@@ -603,6 +619,7 @@ Status HierGroup::broadcast(void* buf, std::size_t count, DType dt, int root, vo
 }
 
 Status HierGroup::allgather(const void* send, void* recv, std::size_t n, DType dt, void* stream) {
+  const InCall in_call(*local_);
   ACCRUN_RETURN_IF_ERROR(enter("allgather", stream, true));
   if (n > 0 && (send == nullptr || recv == nullptr)) return invalid_argument("group '" + name_ + "': allgather: a NULL buffer");
   sig_ = Sig{kAllgather, static_cast<std::uint32_t>(dt), 0, -1, n, calls_};
@@ -710,6 +727,7 @@ Status HierGroup::allgather(const void* send, void* recv, std::size_t n, DType d
 }
 
 Status HierGroup::reducescatter(const void* send, void* recv, std::size_t recv_count, DType dt, Op op, void* stream) {
+  const InCall in_call(*local_);
   ACCRUN_RETURN_IF_ERROR(enter("reducescatter", stream, true));
   const std::size_t ds = dtype_size(dt);
   std::vector<char> all(recv_count * static_cast<std::size_t>(size_) * ds);
@@ -719,6 +737,7 @@ Status HierGroup::reducescatter(const void* send, void* recv, std::size_t recv_c
 }
 
 Status HierGroup::barrier() {
+  const InCall in_call(*local_);
   ACCRUN_RETURN_IF_ERROR(enter("barrier", nullptr, true));
   sig_ = Sig{kBarrier, 0, 0, -1, 0, calls_};
   ACCRUN_RETURN_IF_ERROR(run(local_->barrier()));

@@ -420,13 +420,23 @@ Status ShmTransport::timed_out(const Wait& w, const std::vector<int>& missing) c
     // In a group across hosts: which call it is in, and whether it waits
     // for another host (the hold-up is there) or not (it is busy, or not
     // given a CPU, here).
+    // Or that it returned from its last call and has made none since: the
+    // hold-up is outside accrun, in the program or another library.
     if (const std::uint64_t call = c.outer_call.load(std::memory_order_relaxed); call > 0) {
-      where_they_are += "; it is in its collective call " + std::to_string(call) + " on the whole group";
-      const std::int64_t since = c.across_since_ns.load(std::memory_order_relaxed);
       const std::int64_t now =
           std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-      where_they_are += since > 0 ? ", waiting for another host for " + std::to_string((now - since) / 1'000'000) + " ms"
-                                  : ", not waiting for another host";
+      const std::int64_t left = c.outer_left_ns.load(std::memory_order_relaxed);
+      const std::int64_t since = c.across_since_ns.load(std::memory_order_relaxed);
+      if (left > 0) {
+        where_they_are += "; it returned from its collective call " + std::to_string(call) +
+                          " on the whole group " + std::to_string((now - left) / 1'000'000) +
+                          " ms ago and has not called the group since (it is in the program's own code or "
+                          "another library, not in accrun)";
+      } else {
+        where_they_are += "; it is in its collective call " + std::to_string(call) + " on the whole group";
+        where_they_are += since > 0 ? ", waiting for another host for " + std::to_string((now - since) / 1'000'000) + " ms"
+                                    : ", not waiting for another host";
+      }
     }
   }
   const std::string waited =
