@@ -25,18 +25,23 @@ const char* coll_name(std::uint32_t c) {
   return "an unknown call";
 }
 
-// While one lives, this member is marked as waiting for another host, for
-// its host's members' timeout messages (Ctrl::across_since_ns).
-class Across {
+// While one lives, a mark on this member in the host's segment is set, for
+// its host's members' timeout messages: Across, that it waits for another
+// host (Ctrl::across_since_ns); InCall, that it is inside a collective call
+// on the group (Ctrl::outer_left_ns).
+template <void (StoreGroup::*kNote)(bool)>
+class Marked {
  public:
-  explicit Across(StoreGroup& local) : local_(local) { local_.note_across(true); }
-  ~Across() { local_.note_across(false); }
-  Across(const Across&) = delete;
-  Across& operator=(const Across&) = delete;
+  explicit Marked(StoreGroup& local) : local_(local) { (local_.*kNote)(true); }
+  ~Marked() { (local_.*kNote)(false); }
+  Marked(const Marked&) = delete;
+  Marked& operator=(const Marked&) = delete;
 
  private:
   StoreGroup& local_;
 };
+using Across = Marked<&StoreGroup::note_across>;
+using InCall = Marked<&StoreGroup::note_in_outer_call>;
 
 // The waits of the group's creation, bounded by its set-up timeout.
 Wait creation_wait(int timeout_ms) {
@@ -156,19 +161,6 @@ void HierGroup::set_timeout(int timeout_ms) {
   timeout_ms_ = timeout_ms;
   local_->set_timeout(timeout_ms);
 }
-
-// While one lives, this member is inside a collective call on the group
-// (Ctrl::outer_left_ns), for the same messages.
-class InCall {
- public:
-  explicit InCall(StoreGroup& local) : local_(local) { local_.note_in_outer_call(true); }
-  ~InCall() { local_.note_in_outer_call(false); }
-  InCall(const InCall&) = delete;
-  InCall& operator=(const InCall&) = delete;
-
- private:
-  StoreGroup& local_;
-};
 
 int HierGroup::local_index(int group_rank) const {
   const auto& v = hosts_[static_cast<std::size_t>(host_of_[static_cast<std::size_t>(group_rank)])];
