@@ -431,6 +431,39 @@ TEST_P(StoreHosts, ATimeoutInsideAHostSaysTheLeaderHasNotMadeTheCall) {
   });
 }
 
+// A leader waiting for another host learns at once that a member of its
+// own host gave up (here waiting for the leader's result, with a short
+// timeout): its call fails with that member's reason instead of waiting for
+// the other host, and its word reaches the other host.  (That host's
+// allreduce may still complete: the leader had sent it its host's whole
+// sum before it waited.  Its next call fails.)
+TEST_P(StoreHosts, ALeaderWaitingForAnotherHostStopsWhenAMemberOfItsHostGivesUp) {
+  World w;
+  const auto start = Clock::now();
+  w.run(on_hosts(spec("leaderhears", 4, 20'000), "aabb", GetParam()), [&](int r, Backend& b) {
+    double v = 1, sum = 0;
+    if (r >= 2) std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+    if (r == 1) b.set_timeout(500);
+    const Status s = b.allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr);
+    if (r >= 2) {
+      if (s.is_ok()) {
+        EXPECT_EQ(sum, 4);
+      } else {
+        EXPECT_EQ(s.code(), Code::kTimeout) << "rank " << r << ": " << s.message();
+      }
+      // (Or, where host a's members have gone already, that they have.)
+      const Status next = b.barrier();
+      EXPECT_TRUE(next.code() == Code::kTimeout || next.code() == Code::kRemote) << "rank " << r << ": " << next.message();
+      return;
+    }
+    EXPECT_EQ(s.code(), Code::kTimeout) << "rank " << r << ": " << s.message();
+    if (r == 0) {
+      EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(3000)) << s.message();
+      EXPECT_NE(s.message().find("group rank 1 gave up: "), std::string::npos) << s.message();
+    }
+  });
+}
+
 // A member that gives up logs each link's bytes read and written, and on
 // links that are the transport's alone the kernel's counts agree with its
 // own: nothing says something else in the process used them (the SYN of the

@@ -387,6 +387,9 @@ Status FabricTransport::wait_for(Ready ready, int peer, const Wait& w, const cha
           return remote_error("group '" + group_ + "': " + w.op + ": " + describe(peer) + ": " +
                               lost_[static_cast<std::size_t>(peer)]);
       }
+      if (w.also) {
+        if (Status s = w.also(); !s) return ready() ? Status::ok() : s;
+      }
       if (now >= w.deadline)
         return timeout_error("group '" + group_ + "': " + w.op + ": waited " + std::to_string(w.timeout_ms) +
                              " ms for " + what + (peer >= 0 ? " from " + describe(peer) : std::string()));

@@ -65,6 +65,10 @@ class StoreGroup final : public Backend {
   // through the segment, so their waits end with it (a host's leader whose
   // part between hosts failed, hier_group.cpp).
   void give_up(const Status& why) { (void)guard(why); }
+  // Whether a member gave up on the group: its reason, as the error of the
+  // caller's `op` (a host's leader waiting for another host checks it, so a
+  // member that gave up inside the host ends that wait too).
+  Status gave_up(const char* op) const { return shm_->check_flags(op); }
 
   // Whether every member can read every other's memory (cross-memory
   // attach), which allreduce_around needs.

@@ -167,11 +167,12 @@ int HierGroup::local_index(int group_rank) const {
   return static_cast<int>(std::find(v.begin(), v.end(), group_rank) - v.begin());
 }
 
-Wait HierGroup::wait_spec() const {
+Wait HierGroup::wait_spec(bool collective) const {
   Wait w;
   w.timeout_ms = timeout_ms_;
   w.op = op_;
   if (timeout_ms_ >= 0) w.deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
+  if (collective) w.also = [this] { return local_->gave_up(op_); };
   return w;
 }
 
@@ -754,7 +755,7 @@ Status HierGroup::send(const void* buf, std::size_t count, DType dt, int peer, v
   ACCRUN_RETURN_IF_ERROR(check_rank(peer, "peer"));
   if (count > 0 && buf == nullptr) return invalid_argument("group '" + name_ + "': send: a NULL buffer");
   if (host_of_[static_cast<std::size_t>(peer)] == my_host_) return local_->send(buf, count, dt, local_index(peer), nullptr);
-  return links_->send(peer, HostLinks::kP2p, buf, count * dtype_size(dt), wait_spec());
+  return links_->send(peer, HostLinks::kP2p, buf, count * dtype_size(dt), wait_spec(false));
 }
 
 Status HierGroup::recv(void* buf, std::size_t count, DType dt, int peer, void* stream) {
@@ -768,7 +769,7 @@ Status HierGroup::recv(void* buf, std::size_t count, DType dt, int peer, void* s
     return Status::ok();
   }
   std::size_t got = 0;
-  return links_->recv(peer, HostLinks::kP2p, buf, bytes, &got, wait_spec());
+  return links_->recv(peer, HostLinks::kP2p, buf, bytes, &got, wait_spec(false));
 }
 
 Status HierGroup::group_start() {
@@ -787,7 +788,7 @@ Status HierGroup::group_end() {
   op_ = "recv";
   for (const PendingRecv& r : todo) {
     std::size_t got = 0;
-    ACCRUN_RETURN_IF_ERROR(links_->recv(r.peer, HostLinks::kP2p, r.buf, r.bytes, &got, wait_spec()));
+    ACCRUN_RETURN_IF_ERROR(links_->recv(r.peer, HostLinks::kP2p, r.buf, r.bytes, &got, wait_spec(false)));
   }
   return Status::ok();
 }

@@ -110,7 +110,10 @@ class HierGroup final : public Backend {
 
   Status enter(const char* op, void* stream, bool collective);
   Status check_rank(int r, const char* what) const;
-  Wait wait_spec() const;
+  // A call's wait: the group's timeout; for a collective also a member of
+  // this host that gave up (the group is unusable, and it may have given up
+  // waiting for this member).
+  Wait wait_spec(bool collective = true) const;
   bool leader() const { return local_rank_ == 0; }
   int local_index(int group_rank) const;
   // Failures inside a collective leave the members out of step: later

@@ -261,7 +261,7 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
   ctrl(rank_).attached.store(1, std::memory_order_release);
 
   Header* h = header();
-  const Wait setup_wait{deadline, setup_timeout_ms, "setup"};
+  const Wait setup_wait{deadline, setup_timeout_ms, "setup", {}};
   const Waiter waiter = waiter_.patient_one();
   if (rank_ == 0) {
     std::vector<int> missing;
@@ -320,7 +320,7 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
 // it before declaring the segment ready, the others after.
 Status ShmTransport::probe_cma(Clock::time_point deadline, int setup_timeout_ms) {
   const int q = (rank_ + 1) % size_;
-  const Wait w{deadline, setup_timeout_ms, "setup"};
+  const Wait w{deadline, setup_timeout_ms, "setup", {}};
   const Waiter waiter = waiter_.patient_one();
   ACCRUN_RETURN_IF_ERROR(waiter.until([&] { return ctrl(q).attached.load(std::memory_order_acquire) != 0; },
                                       [&] { return check_peer(q, "setup"); }, deadline,
@@ -365,6 +365,11 @@ Status ShmTransport::cma_read(int q, char* dst, std::uint64_t addr, std::size_t 
 }
 
 Status ShmTransport::check_peer(int q, const char* op) const {
+  ACCRUN_RETURN_IF_ERROR(check_flags(op));
+  return check_one(q, op);
+}
+
+Status ShmTransport::check_flags(const char* op) const {
   // Flags in the segment: reading them costs no system call.
   for (int o = 0; o < size_; ++o) {
     if (const std::uint32_t code = ctrl(o).broken.load(std::memory_order_acquire); code != 0) {
@@ -377,7 +382,7 @@ Status ShmTransport::check_peer(int q, const char* op) const {
                            std::string(ctrl(o).reason, strnlen(ctrl(o).reason, sizeof ctrl(o).reason)));
     }
   }
-  return check_one(q, op);
+  return Status::ok();
 }
 
 Status ShmTransport::check_one(int q, const char* op) const {

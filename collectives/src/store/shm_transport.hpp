@@ -158,6 +158,8 @@ class ShmTransport final : public Transport {
   // the monitor and one kill(pid, 0)); other members that fail are noticed
   // by the peers that wait on them, who then give up and flag it here.
   Status check_peer(int q, const char* op) const;
+  // Whether any member gave up on the group (the flags alone).
+  Status check_flags(const char* op) const;
   // Flags this rank as having given up, with the reason.
   void mark_broken(const Status& s);
   // The error for a wait on `missing` that reached its deadline.

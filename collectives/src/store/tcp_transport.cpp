@@ -660,6 +660,9 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
           }
         }
       }
+      if (w.also) {
+        if (Status s = w.also(); !s) return ready() ? Status::ok() : s;
+      }
       if (now >= w.deadline) {
         return timeout_error("group '" + name_ + "': " + w.op + ": waited " + std::to_string(w.timeout_ms) +
                              " ms for " + what +

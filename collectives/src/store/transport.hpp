@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "accrun/status.hpp"
@@ -32,6 +33,9 @@ struct Wait {
   Clock::time_point deadline = Clock::time_point::max();
   int timeout_ms = -1;      // what the deadline came from (< 0: none)
   const char* op = "call";  // the user's call ("send", "allreduce", ...)
+  // What else ends the wait with its error, asked where the peers are
+  // checked (a group across hosts: a member of this host that gave up).
+  std::function<Status()> also;
 };
 
 // A link from this rank to one peer.  Calls come from one thread at a time
