@@ -47,6 +47,20 @@ std::vector<std::int32_t> pattern(int from, std::size_t n, int salt) {
   return v;
 }
 
+// One allreduce of 1.0 on every member, then a second for which member
+// `late` comes late_ms late and member `impatient` waits timeout_ms at
+// most.  The second call's status (the first must succeed).
+Status second_allreduce_with_one_late(Backend& b, int r, int late, int late_ms, int impatient, int timeout_ms) {
+  double v = 1, sum = 0;
+  if (Status s = b.allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr); !s) {
+    ADD_FAILURE() << "rank " << r << ": the first allreduce: " << s.message();
+    return s;
+  }
+  if (r == late) std::this_thread::sleep_for(std::chrono::milliseconds(late_ms));
+  if (r == impatient) b.set_timeout(timeout_ms);
+  return b.allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr);
+}
+
 TEST_P(StoreHosts, BothSendThenBothReceive) {
   // Larger than any socket buffer: the sends must queue, not wait.
   World w;
@@ -415,11 +429,7 @@ TEST_P(StoreHosts, ATimeoutInsideAHostSaysTheLeaderWaitsForAnotherHost) {
 TEST_P(StoreHosts, ATimeoutInsideAHostSaysTheLeaderHasNotMadeTheCall) {
   World w;
   w.run(on_hosts(spec("outside", 4, 5000), "aabb", GetParam()), [&](int r, Backend& b) {
-    double v = 1, sum = 0;
-    ASSERT_TRUE(b.allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr).is_ok());
-    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    if (r == 1) b.set_timeout(600);
-    const Status s = b.allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr);
+    const Status s = second_allreduce_with_one_late(b, r, 0, 1500, 1, 600);
     if (r == 1) {
       EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
       EXPECT_NE(s.message().find("it returned from its collective call 1 on the whole group "), std::string::npos)
@@ -472,11 +482,7 @@ TEST(StoreHostsTcp, AMemberThatGivesUpLogsItsLinksBytesAgreeingWithTheKernel) {
   World w;
   ::testing::internal::CaptureStderr();
   w.run(on_hosts(spec("counts", 2, 5000), "ab", "tcp"), [&](int r, Backend& b) {
-    double v = 1, sum = 0;
-    ASSERT_TRUE(b.allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr).is_ok());
-    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-    if (r == 0) b.set_timeout(300);
-    const Status s = b.allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr);
+    const Status s = second_allreduce_with_one_late(b, r, 1, 1000, 0, 300);
     if (r == 0) {
       EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
     }
