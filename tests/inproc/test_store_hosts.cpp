@@ -30,6 +30,7 @@
 #include "store/host_links.hpp"
 #include "store/store_backend.hpp"
 #include "store/tcp_transport.hpp"
+#include "store/wait.hpp"
 #include "../unit/loopback.hpp"
 #include "store_harness.hpp"
 
@@ -472,6 +473,48 @@ TEST_P(StoreHosts, ALeaderWaitingForAnotherHostStopsWhenAMemberOfItsHostGivesUp)
       EXPECT_NE(s.message().find("group rank 1 gave up: "), std::string::npos) << s.message();
     }
   });
+}
+
+// On an oversubscribed host (the harness says so of groups of more than two),
+// a member in a long call of a group across hosts sleeps while it waits for
+// its leader, who waits for another host, instead of yielding its CPU by
+// turns: here host b's leader comes to a 1 MiB broadcast a second late, and
+// its host-mate, waiting for it all that time, uses almost no CPU.
+TEST_P(StoreHosts, AMemberWaitingInALongCallForAnotherHostSleeps) {
+  World w;
+  constexpr std::size_t kCount = (1u << 20) / 4;
+  w.run(on_hosts(spec("sleeps", 4, 20'000), "aabb", GetParam()), [&](int r, Backend& b) {
+    std::vector<std::int32_t> buf = r == 0 ? pattern(0, kCount, 5) : std::vector<std::int32_t>(kCount);
+    if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    timespec cpu0{}, cpu1{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
+    const Status s = b.broadcast(buf.data(), kCount, DType::kInt32, 0, nullptr);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
+    ASSERT_TRUE(s.is_ok()) << "rank " << r << ": " << s.message();
+    EXPECT_EQ(buf, pattern(0, kCount, 5)) << "rank " << r;
+    if (r == 3) {
+      const double ms = (cpu1.tv_sec - cpu0.tv_sec) * 1e3 + (cpu1.tv_nsec - cpu0.tv_nsec) / 1e6;
+      EXPECT_LT(ms, 200) << "host b's member used " << ms << " ms of CPU waiting about 1000 ms for its leader";
+    }
+  });
+}
+
+// The doorbell itself: a ring wakes a sleeper at once, not at its timeout.
+TEST(StoreDoorbell, ARingWakesASleeperLongBeforeItsTimeout) {
+  store::Doorbell bell{};
+  std::atomic<bool> flag{false};
+  std::thread ringer([&] {
+    while (bell.sleepers.load() == 0) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // well inside its sleep
+    flag.store(true, std::memory_order_release);
+    bell.ring();
+  });
+  const auto start = Clock::now();
+  bell.sleep([&] { return flag.load(std::memory_order_acquire); }, 5'000'000'000L);
+  const auto took = Clock::now() - start;
+  ringer.join();
+  EXPECT_TRUE(flag.load());
+  EXPECT_LT(took, std::chrono::milliseconds(2000)) << "the ring did not wake the sleeper";
 }
 
 // A member that gives up logs each link's bytes read and written, and on

@@ -116,6 +116,7 @@ Status StoreGroup::broadcast_part(void* buf, std::size_t count, DType dt, int ro
       if (!s->seq.compare_exchange_strong(prev, t + 1, std::memory_order_release, std::memory_order_acquire))
         return two_roots();
       if (off == 0) post();
+      shm_->ring();
     } else {
       auto ready = [&] { return s->seq.load(std::memory_order_acquire) >= t + 1; };
       if (!ready()) {
@@ -131,6 +132,7 @@ Status StoreGroup::broadcast_part(void* buf, std::size_t count, DType dt, int ro
       std::memcpy(data + off, d, n);
     }
     done.store(t + 1, std::memory_order_release);
+    if (rank_ != root) shm_->ring();
   }
   return Status::ok();
 }

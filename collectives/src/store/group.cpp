@@ -31,8 +31,9 @@ const char* coll_name(unsigned c) {
 
 }  // namespace
 
-StoreGroup::StoreGroup(const GroupContext& ctx, const Tuning& t)
-    : rank_(ctx.rank), size_(ctx.size), timeout_ms_(ctx.timeout_ms), tun_(t) {
+StoreGroup::StoreGroup(const GroupContext& ctx, const Tuning& t, bool across)
+    : rank_(ctx.rank), size_(ctx.size), timeout_ms_(ctx.timeout_ms), tun_(t),
+      sleep_min_(across ? t.across_sleep_min : SIZE_MAX) {
   // An oversubscribed host: yield at once instead of spinning.
   Waiter w;
   w.oversubscribed = host_oversubscribed(ctx);
@@ -52,6 +53,7 @@ Status StoreGroup::setup(Rendezvous* rv, int setup_timeout_ms, const std::string
 
 Status StoreGroup::enter(const char* op, void* stream) {
   op_ = op;
+  shm_->sleep_in_waits(false);  // until sign() knows the call's size
   if (!ok_) return broken_;
   if (stream != nullptr)
     return invalid_argument(where() + ": " + op + ": the store backend works on host memory; stream must be NULL");
@@ -62,6 +64,7 @@ Status StoreGroup::enter(const char* op, void* stream) {
 
 Status StoreGroup::check_p2p(const char* op, void* stream, int peer) {
   op_ = op;
+  shm_->sleep_in_waits(false);
   if (!ok_) return broken_;
   if (stream != nullptr)
     return invalid_argument(where() + ": " + op + ": the store backend works on host memory; stream must be NULL");
@@ -103,6 +106,7 @@ Wait StoreGroup::wait_spec() const {
 // ----------------------------------------------------------------- signatures
 
 void StoreGroup::sign(Coll c, std::size_t count, DType dt, Op op, int root) {
+  shm_->sleep_in_waits(count * dtype_size(dt) >= sleep_min_);
   // (A broadcast stamps its own number in, broadcast.cpp.)
   sig_[0] = count | (c == Coll::kBroadcast ? 0 : (bcast_calls_ & 0xffff) << kCallShift);
   if (outer_root_ != kNoOuterRoot) root = outer_root_;
@@ -172,6 +176,7 @@ void StoreGroup::note_across(bool waiting) {
 
 std::uint64_t StoreGroup::publish() {
   shm_->ctrl(rank_).seq.store(++seq_, std::memory_order_release);
+  shm_->ring();
   return seq_;
 }
 

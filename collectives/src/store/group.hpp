@@ -43,7 +43,9 @@ namespace accrun::collectives::store {
 
 class StoreGroup final : public Backend {
  public:
-  StoreGroup(const GroupContext& ctx, const Tuning& t);
+  // `across`: the host's part of a group across hosts (HierGroup), whose
+  // long calls wait asleep (Tuning::across_sleep_min).
+  StoreGroup(const GroupContext& ctx, const Tuning& t, bool across = false);
   Status setup(Rendezvous* rv, int setup_timeout_ms, const std::string& shm_dir);
 
   BackendKind kind() const override { return BackendKind::kStore; }
@@ -175,6 +177,7 @@ class StoreGroup final : public Backend {
   int size_;
   int timeout_ms_;
   Tuning tun_;
+  std::size_t sleep_min_;  // calls of this many bytes wait asleep (SIZE_MAX: none)
   std::unique_ptr<ShmTransport> shm_;
 
   std::uint64_t sig_[2] = {0, 0};   // the current call's signature

@@ -91,8 +91,9 @@ HierGroup::HierGroup(const GroupContext& ctx, const Tuning& t)
   for (int g : mine) local.members.push_back(ctx.members[static_cast<std::size_t>(g)]);
   local_rv_ = std::make_unique<PrefixRendezvous>(ctx.rendezvous, "h" + std::to_string(mine.front()) + "/");
   local.rendezvous = local_rv_.get();
-  local_ = std::make_unique<StoreGroup>(local, t);
+  local_ = std::make_unique<StoreGroup>(local, t, true);
   pair_buffer_max_ = t.pair_buffer_max;
+  sleep_min_ = t.across_sleep_min;
 }
 
 HierGroup::~HierGroup() {
@@ -167,12 +168,19 @@ int HierGroup::local_index(int group_rank) const {
   return static_cast<int>(std::find(v.begin(), v.end(), group_rank) - v.begin());
 }
 
-Wait HierGroup::wait_spec(bool collective) const {
+Wait HierGroup::wait_spec() const {
+  // (A rank's part, in allgather: the bytes each message between hosts carries.)
+  Wait w = p2p_wait_spec(sig_.count * dtype_size(static_cast<DType>(sig_.dtype)));
+  w.also = [this] { return local_->gave_up(op_); };
+  return w;
+}
+
+Wait HierGroup::p2p_wait_spec(std::size_t bytes) const {
   Wait w;
   w.timeout_ms = timeout_ms_;
   w.op = op_;
   if (timeout_ms_ >= 0) w.deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
-  if (collective) w.also = [this] { return local_->gave_up(op_); };
+  w.sleep = bytes >= sleep_min_;
   return w;
 }
 
@@ -755,7 +763,7 @@ Status HierGroup::send(const void* buf, std::size_t count, DType dt, int peer, v
   ACCRUN_RETURN_IF_ERROR(check_rank(peer, "peer"));
   if (count > 0 && buf == nullptr) return invalid_argument("group '" + name_ + "': send: a NULL buffer");
   if (host_of_[static_cast<std::size_t>(peer)] == my_host_) return local_->send(buf, count, dt, local_index(peer), nullptr);
-  return links_->send(peer, HostLinks::kP2p, buf, count * dtype_size(dt), wait_spec(false));
+  return links_->send(peer, HostLinks::kP2p, buf, count * dtype_size(dt), p2p_wait_spec(count * dtype_size(dt)));
 }
 
 Status HierGroup::recv(void* buf, std::size_t count, DType dt, int peer, void* stream) {
@@ -769,7 +777,7 @@ Status HierGroup::recv(void* buf, std::size_t count, DType dt, int peer, void* s
     return Status::ok();
   }
   std::size_t got = 0;
-  return links_->recv(peer, HostLinks::kP2p, buf, bytes, &got, wait_spec(false));
+  return links_->recv(peer, HostLinks::kP2p, buf, bytes, &got, p2p_wait_spec(bytes));
 }
 
 Status HierGroup::group_start() {
@@ -788,7 +796,7 @@ Status HierGroup::group_end() {
   op_ = "recv";
   for (const PendingRecv& r : todo) {
     std::size_t got = 0;
-    ACCRUN_RETURN_IF_ERROR(links_->recv(r.peer, HostLinks::kP2p, r.buf, r.bytes, &got, wait_spec(false)));
+    ACCRUN_RETURN_IF_ERROR(links_->recv(r.peer, HostLinks::kP2p, r.buf, r.bytes, &got, p2p_wait_spec(r.bytes)));
   }
   return Status::ok();
 }

@@ -110,10 +110,14 @@ class HierGroup final : public Backend {
 
   Status enter(const char* op, void* stream, bool collective);
   Status check_rank(int r, const char* what) const;
-  // A call's wait: the group's timeout; for a collective also a member of
-  // this host that gave up (the group is unusable, and it may have given up
-  // waiting for this member).
-  Wait wait_spec(bool collective = true) const;
+  // A collective's wait: the group's timeout, and a member of this host
+  // that gave up (the group is unusable, and it may have given up waiting
+  // for this member); asleep where the call is long (p2p_wait_spec).
+  Wait wait_spec() const;
+  // A send's or receive's of `bytes`: the group's timeout; on an
+  // oversubscribed host, from Tuning::across_sleep_min bytes, blocking in poll at
+  // once rather than yielding by turns.
+  Wait p2p_wait_spec(std::size_t bytes) const;
   bool leader() const { return local_rank_ == 0; }
   int local_index(int group_rank) const;
   // Failures inside a collective leave the members out of step: later
@@ -166,6 +170,7 @@ class HierGroup final : public Backend {
   std::unique_ptr<Rendezvous> local_rv_;    // the host group's keys, under the host's prefix
   std::unique_ptr<StoreGroup> local_;
   std::size_t pair_buffer_max_ = 0;       // Tuning::pair_buffer_max, towards each member of another host
+  std::size_t sleep_min_ = 0;             // Tuning::across_sleep_min
   std::unique_ptr<HostLinks> links_;      // to the other hosts: tcp or libfabric
   Sig sig_;
   const char* op_ = "setup";

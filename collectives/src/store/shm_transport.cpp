@@ -58,6 +58,7 @@ struct ShmTransport::Header {
   std::uint64_t ring_bytes;
   std::uint64_t total_bytes;
   std::atomic<std::uint32_t> ready;   // 1: every member attached; 2: setup failed
+  Doorbell bell;
 };
 
 struct alignas(128) ShmTransport::RingCtrl {
@@ -261,6 +262,7 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
   ctrl(rank_).attached.store(1, std::memory_order_release);
 
   Header* h = header();
+  waiter_.bell = &h->bell;
   const Wait setup_wait{deadline, setup_timeout_ms, "setup", {}};
   const Waiter waiter = waiter_.patient_one();
   if (rank_ == 0) {
@@ -405,6 +407,7 @@ void ShmTransport::mark_broken(const Status& s) {
   Ctrl& me = ctrl(rank_);
   std::snprintf(me.reason, sizeof me.reason, "%s", s.message().c_str());
   me.broken.store(static_cast<std::uint32_t>(s.code()), std::memory_order_release);
+  ring();
 }
 
 Status ShmTransport::timed_out(const Wait& w, const std::vector<int>& missing) const {
@@ -479,6 +482,7 @@ Status ShmChannel::send(const void* buf, std::size_t len, const Wait& w) {
     t_.ring_write(me, peer_, tail, &f, sizeof f);
     t_.ring_write(me, peer_, tail + sizeof f, buf, len);
     rc.tail.store(tail + inline_need, std::memory_order_release);
+    t_.ring();
     return Status::ok();
   }
   auto check = [&] { return t_.check_peer(peer_, w.op); };
@@ -533,6 +537,7 @@ Status ShmChannel::send(const void* buf, std::size_t len, const Wait& w) {
   rc.spilled.store(spilled + len, std::memory_order_relaxed);
   t_.ring_write(me, peer_, tail, &f, sizeof f);
   rc.tail.store(tail + sizeof f, std::memory_order_release);
+  t_.ring();
   return Status::ok();
 }
 
@@ -555,6 +560,7 @@ Status ShmChannel::recv(void* buf, std::size_t max_bytes, const Wait& w) {
   if (f.kind == kFrameInline) {
     t_.ring_read(peer_, me, head + sizeof f, buf, f.len);
     rc.head.store(head + sizeof f + round_up(f.len, 8), std::memory_order_release);
+    t_.ring();
     return Status::ok();
   }
   const std::string path = t_.spill_path(peer_, f.id);
@@ -569,6 +575,7 @@ Status ShmChannel::recv(void* buf, std::size_t max_bytes, const Wait& w) {
   unlink(path.c_str());
   rc.unspilled.store(rc.unspilled.load(std::memory_order_relaxed) + f.len, std::memory_order_release);
   rc.head.store(head + sizeof f, std::memory_order_release);
+  t_.ring();
   return Status::ok();
 }
 

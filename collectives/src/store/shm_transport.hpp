@@ -140,6 +140,17 @@ class ShmTransport final : public Transport {
   std::size_t half() const { return half_; }
   bool cma() const { return use_cma_; }  // every member can read every other's memory
   const Waiter& waiter() const { return waiter_; }
+  // Whether this call's waits sleep on the host's doorbell until a member
+  // publishes, instead of yielding the CPU by turns: on an oversubscribed
+  // host, for calls long enough that the ranks waited for need the CPU
+  // more than the waiter needs a quick wake-up (Tuning::across_sleep_min).
+  void sleep_in_waits(bool on) { waiter_.sleep = on && waiter_.oversubscribed; }
+  // Wakes the members sleeping on the host's doorbell (oversubscribed
+  // hosts only; elsewhere nobody sleeps on it).  Called after each store
+  // another member may wait for.
+  void ring() const {
+    if (waiter_.bell != nullptr && waiter_.oversubscribed) waiter_.bell->ring();
+  }
   Ctrl& ctrl(int q) const { return reinterpret_cast<Ctrl*>(base() + ctrl_off_)[q]; }
   char* slot(int q, int h) const {
     return base() + slots_off_ + (static_cast<std::size_t>(q) * 2 + static_cast<std::size_t>(h)) * half_;

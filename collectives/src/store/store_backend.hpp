@@ -27,6 +27,14 @@ struct Tuning {
   std::size_t allgather_chunk = 64 * 1024;     // per rank and round
   std::size_t ring_bytes = 0;                  // per ordered pair; 0: by group size (64 KiB … 1 MiB)
   int spin_ns = 50'000;                        // busy-poll this long before yielding (not oversubscribed)
+  // In a group across hosts, on an oversubscribed host, calls whose
+  // message (a rank's part, in allgather) has at least this many bytes
+  // wait asleep (on the host's doorbell in shared memory, in poll on the
+  // sockets between hosts) instead of yielding the CPU by turns: their
+  // waits are for other hosts, long enough for a wake-up to pay.  Smaller
+  // calls, and every call of a group on one host, whose waits are many and
+  // short, still yield.
+  std::size_t across_sleep_min = 512 * 1024;
   // From this size, allreduce and allgather read the peers' user
   // buffers directly with process_vm_readv (single copy, three
   // synchronisations per call) when every member can (checked at setup).

@@ -672,11 +672,15 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
     // Non-blocking looks for the first 200 µs (an answer between hosts is
     // often tens of microseconds away), then block in poll, 50 ms at most
     // between the checks above.  Where the host is oversubscribed, a look
-    // and a yield of the CPU by turns for the first 10 ms instead: a rank
-    // that spins keeps the CPU from the ranks it waits for, and one that
-    // blocks comes back through a wake-up that costs more, there, than its
-    // turn among the runnable ranks.
-    if (!spin_ && now - start < std::chrono::milliseconds(10)) {
+    // and a yield of the CPU by turns for the first 10 ms instead (a short
+    // call's): a rank that spins keeps the CPU from the ranks it waits for,
+    // and one that blocks comes back through a wake-up that costs more,
+    // there, than its turn among the runnable ranks.
+    if (!spin_ && w.sleep) {
+      // A long call's wait (Wait::sleep): poll until a socket is ready,
+      // a millisecond at most, so the checks above keep their pace.
+      progress(remaining_ms(w, 1));
+    } else if (!spin_ && now - start < std::chrono::milliseconds(10)) {
       progress(0);
       sched_yield();
     } else if (spin_ && now - start < std::chrono::microseconds(200)) {

@@ -36,6 +36,10 @@ struct Wait {
   // What else ends the wait with its error, asked where the peers are
   // checked (a group across hosts: a member of this host that gave up).
   std::function<Status()> also;
+  // A long wait on an oversubscribed host (Tuning::across_sleep_min): block in
+  // poll at once rather than yield by turns first.  Transports without a
+  // blocking wait ignore it.
+  bool sleep = false;
 };
 
 // A link from this rank to one peer.  Calls come from one thread at a time

@@ -1,11 +1,18 @@
-// Waiting on shared memory: a bounded spin, then yields, then growing sleeps.
+// Waiting on shared memory: a bounded spin, then yields, then growing sleeps;
+// on an oversubscribed host a long call's waits sleep on the host's doorbell.
 #pragma once
 
+#include <linux/futex.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
+#include <cstdint>
+#include <ctime>
 #include <thread>
 
 #include "accrun/backend.hpp"
@@ -38,7 +45,44 @@ inline bool host_oversubscribed(const GroupContext& ctx) {
   return cpus > 0 && sharing > cpus;
 }
 
+// A host's doorbell, in its shared segment: where the members of an
+// oversubscribed host sleep while they wait (a futex shared between
+// processes), instead of yielding their CPU by turns.  A member that
+// publishes something another may wait for rings it; the ring costs a
+// fence and a read of a line nobody writes unless someone sleeps.  No
+// wake-up is lost: a sleeper counts itself before it reads `word` and
+// looks at what it waits for, a ringer publishes before its fence and
+// reads the count after it, so either the ringer sees the sleeper (and
+// moves `word`, which the futex compares) or the sleeper sees what was
+// published.  A sleep is bounded anyway (its caller's next check).
+struct alignas(64) Doorbell {
+  std::atomic<std::uint32_t> word;
+  std::atomic<std::uint32_t> sleepers;
+
+  void ring() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (sleepers.load(std::memory_order_relaxed) == 0) return;
+    word.fetch_add(1, std::memory_order_seq_cst);
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  }
+  // Sleeps until a ring or `ns` nanoseconds, unless ready() holds.
+  template <class Ready>
+  void sleep(Ready ready, long ns) {
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const std::uint32_t seen = word.load(std::memory_order_seq_cst);
+    if (!ready()) {
+      const timespec ts{static_cast<time_t>(ns / 1'000'000'000), ns % 1'000'000'000};
+      syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+    }
+    sleepers.fetch_sub(1, std::memory_order_relaxed);
+  }
+};
+static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t) &&
+              std::atomic<std::uint32_t>::is_always_lock_free);
+
 struct Waiter {
+  Doorbell* bell = nullptr;  // the host's (set once the segment is mapped)
+  bool sleep = false;        // this call's waits sleep on the doorbell (set per call)
   bool oversubscribed = false;  // yield at once instead of spinning
   bool patient = false;         // sleep at once instead of yielding (a group's set-up)
   bool crowded = false;         // several ranks per CPU: yield briefly, then sleep
@@ -86,7 +130,11 @@ struct Waiter {
         next_check = now + std::chrono::milliseconds(1);
       }
       const auto waited = now - start;
-      if (patient || (crowded && waited >= std::chrono::microseconds(100))) {
+      if (sleep && bell != nullptr) {
+        // Until the next check: rung, or a millisecond at most.
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(next_check - now).count();
+        bell->sleep(ready, std::clamp<long>(static_cast<long>(ns), 1000, 1'000'000));
+      } else if (patient || (crowded && waited >= std::chrono::microseconds(100))) {
         std::this_thread::sleep_for(std::min<Clock::duration>(
             std::chrono::microseconds(50) + waited / 8, std::chrono::milliseconds(1)));
       } else if (oversubscribed || waited < std::chrono::milliseconds(2)) {
