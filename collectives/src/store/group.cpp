@@ -32,11 +32,11 @@ const char* coll_name(unsigned c) {
 }  // namespace
 
 StoreGroup::StoreGroup(const GroupContext& ctx, const Tuning& t, bool across)
-    : rank_(ctx.rank), size_(ctx.size), timeout_ms_(ctx.timeout_ms), tun_(t),
-      sleep_min_(across ? t.across_sleep_min : SIZE_MAX) {
+    : rank_(ctx.rank), size_(ctx.size), timeout_ms_(ctx.timeout_ms), tun_(t) {
   // An oversubscribed host: yield at once instead of spinning.
   Waiter w;
   w.oversubscribed = host_oversubscribed(ctx);
+  w.doorbell = across && w.oversubscribed;
   w.spin_ns = t.spin_ns;
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   // Eight or more ranks per CPU: a rank that keeps yielding keeps the
@@ -106,7 +106,7 @@ Wait StoreGroup::wait_spec() const {
 // ----------------------------------------------------------------- signatures
 
 void StoreGroup::sign(Coll c, std::size_t count, DType dt, Op op, int root) {
-  shm_->sleep_in_waits(count * dtype_size(dt) >= sleep_min_);
+  shm_->sleep_in_waits(count * dtype_size(dt) >= tun_.across_sleep_min);  // (where there is a doorbell)
   // (A broadcast stamps its own number in, broadcast.cpp.)
   sig_[0] = count | (c == Coll::kBroadcast ? 0 : (bcast_calls_ & 0xffff) << kCallShift);
   if (outer_root_ != kNoOuterRoot) root = outer_root_;

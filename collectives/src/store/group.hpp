@@ -177,7 +177,6 @@ class StoreGroup final : public Backend {
   int size_;
   int timeout_ms_;
   Tuning tun_;
-  std::size_t sleep_min_;  // calls of this many bytes wait asleep (SIZE_MAX: none)
   std::unique_ptr<ShmTransport> shm_;
 
   std::uint64_t sig_[2] = {0, 0};   // the current call's signature

@@ -262,7 +262,7 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
   ctrl(rank_).attached.store(1, std::memory_order_release);
 
   Header* h = header();
-  waiter_.bell = &h->bell;
+  if (waiter_.doorbell) waiter_.bell = &h->bell;
   const Wait setup_wait{deadline, setup_timeout_ms, "setup", {}};
   const Waiter waiter = waiter_.patient_one();
   if (rank_ == 0) {

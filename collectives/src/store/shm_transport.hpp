@@ -144,12 +144,12 @@ class ShmTransport final : public Transport {
   // publishes, instead of yielding the CPU by turns: on an oversubscribed
   // host, for calls long enough that the ranks waited for need the CPU
   // more than the waiter needs a quick wake-up (Tuning::across_sleep_min).
-  void sleep_in_waits(bool on) { waiter_.sleep = on && waiter_.oversubscribed; }
-  // Wakes the members sleeping on the host's doorbell (oversubscribed
-  // hosts only; elsewhere nobody sleeps on it).  Called after each store
-  // another member may wait for.
+  void sleep_in_waits(bool on) { waiter_.sleep = on && waiter_.bell != nullptr; }
+  // Wakes the members sleeping on the host's doorbell, where it has one
+  // (Waiter::doorbell).  Called after each store another member may wait
+  // for.
   void ring() const {
-    if (waiter_.bell != nullptr && waiter_.oversubscribed) waiter_.bell->ring();
+    if (waiter_.bell != nullptr) waiter_.bell->ring();
   }
   Ctrl& ctrl(int q) const { return reinterpret_cast<Ctrl*>(base() + ctrl_off_)[q]; }
   char* slot(int q, int h) const {

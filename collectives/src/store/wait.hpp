@@ -81,8 +81,12 @@ static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t) &&
               std::atomic<std::uint32_t>::is_always_lock_free);
 
 struct Waiter {
-  Doorbell* bell = nullptr;  // the host's (set once the segment is mapped)
-  bool sleep = false;        // this call's waits sleep on the doorbell (set per call)
+  // Whether this host's members may sleep on its doorbell (the host's part
+  // of a group across hosts, oversubscribed); then, once the segment is
+  // mapped, the doorbell.  Elsewhere nobody sleeps and nobody rings.
+  bool doorbell = false;
+  Doorbell* bell = nullptr;
+  bool sleep = false;  // this call's waits sleep on the doorbell (set per call; needs bell)
   bool oversubscribed = false;  // yield at once instead of spinning
   bool patient = false;         // sleep at once instead of yielding (a group's set-up)
   bool crowded = false;         // several ranks per CPU: yield briefly, then sleep
@@ -130,7 +134,7 @@ struct Waiter {
         next_check = now + std::chrono::milliseconds(1);
       }
       const auto waited = now - start;
-      if (sleep && bell != nullptr) {
+      if (sleep) {
         // Until the next check: rung, or a millisecond at most.
         const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(next_check - now).count();
         bell->sleep(ready, std::clamp<long>(static_cast<long>(ns), 1000, 1'000'000));
