@@ -349,6 +349,35 @@ TEST_P(StoreHosts, AMemberThatDiesOnAnotherHostFailsEveryMemberNamingIt) {
   }
 }
 
+// A leader reported dead while the group is made: the other host's leader
+// fails to reach it, and its host-mate, waiting for that leader inside the
+// host, fails too within seconds instead of waiting out the group's
+// minute-long timeout.
+TEST_P(StoreHosts, AMemberDeadWhileTheGroupIsMadeFailsEveryHostPromptly) {
+  World w;
+  const GroupSpec g = on_hosts(spec("made-death", 4, 60'000, {10, 11, 12, 13}), "aabb", GetParam());
+  w.peers.fail(12, "rank 12 on host host-b was killed by signal 9");
+  MemRendezvous rv;
+  std::vector<std::thread> threads;
+  std::vector<std::string> why(4);
+  std::vector<double> took(4);
+  for (int r = 0; r < 4; ++r)
+    threads.emplace_back([&, r] {
+      GroupContext ctx = w.context(g, r, &rv);
+      if (r == 2) ctx.timeout_ms = 3'000;  // the dead one's own thread: not waited for long
+      const auto start = Clock::now();
+      auto b = store::make_store_backend_tuned(ctx, store::Tuning{});
+      took[static_cast<std::size_t>(r)] = std::chrono::duration<double>(Clock::now() - start).count();
+      why[static_cast<std::size_t>(r)] = b.is_ok() ? "made" : b.status().message();
+    });
+  for (auto& t : threads) t.join();
+  for (int r : {0, 1, 3}) {
+    EXPECT_NE(why[static_cast<std::size_t>(r)], "made") << "rank " << r;
+    EXPECT_LT(took[static_cast<std::size_t>(r)], 10.0) << "rank " << r << ": " << why[static_cast<std::size_t>(r)];
+  }
+  EXPECT_NE(why[1].find("job rank 12"), std::string::npos) << why[1];
+}
+
 TEST_P(StoreHosts, AMemberThatLeftNormallyDoesNotFailOthers) {
   // Group rank 2 (host c) takes part in a barrier, destroys its handle and
   // leaves; ranks 0 and 1 (hosts a and b) go on exchanging 4 MiB.

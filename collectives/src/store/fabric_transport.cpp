@@ -57,12 +57,6 @@ bool from_hex(const std::string& s, std::string* out) {
   return true;
 }
 
-int remaining_ms(const Wait& w) {
-  if (w.deadline == Clock::time_point::max()) return -1;
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(w.deadline - Clock::now()).count();
-  return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1 << 30));
-}
-
 // libfabric, opened when a group first asks for this transport rather
 // than when libaccrun is loaded: the provider libraries it depends on run
 // constructors at load (PSM's clock calibration sleeps about 200 ms), which
@@ -417,7 +411,7 @@ Status FabricTransport::address_of(int peer, const Wait& w, fi_addr_t* out) {
   fi_addr_t& a = addr_[static_cast<std::size_t>(peer)];
   if (a == FI_ADDR_UNSPEC) {
     const std::string key = "fi.addr." + std::to_string(peer);
-    auto v = rendezvous_->lookup(key, remaining_ms(w));
+    auto v = lookup_published(rendezvous_, key, peers_, members_, peer, w);
     if (!v.is_ok()) {
       // A member on the TCP transport published its address under "tcp.".
       if (rendezvous_->lookup("tcp.addr." + std::to_string(peer), 0).is_ok())

@@ -111,6 +111,19 @@ HierGroup::~HierGroup() {
 
 Status HierGroup::setup(const GroupContext& ctx, int setup_timeout_ms) {
   ACCRUN_RETURN_IF_ERROR(local_->setup(local_rv_.get(), setup_timeout_ms, ctx.shm_dir));
+  // A leader whose part between hosts fails (a member elsewhere died while
+  // the group was made) tells its host's members, who wait for it in
+  // agree_on_lanes however long the group's timeout, and the other
+  // leaders, as a call that fails does.
+  Status s = setup_links(ctx, setup_timeout_ms);
+  if (s.is_ok()) return s;
+  if (links_ != nullptr && s.code() != Code::kInvalidArgument) return fail(std::move(s));
+  broken_ = s;
+  local_->give_up(s);
+  return s;
+}
+
+Status HierGroup::setup_links(const GroupContext& ctx, int setup_timeout_ms) {
   std::vector<bool> needs(static_cast<std::size_t>(size_));
   for (int g = 0; g < size_; ++g) needs[static_cast<std::size_t>(g)] = host_of_[static_cast<std::size_t>(g)] != my_host_;
   auto t = make_host_links(ctx.host_transport, ctx, std::move(needs), pair_buffer_max_);

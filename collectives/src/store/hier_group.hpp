@@ -108,6 +108,7 @@ class HierGroup final : public Backend {
     int peer;
   };
 
+  Status setup_links(const GroupContext& ctx, int setup_timeout_ms);  // setup, after the host's segment
   Status enter(const char* op, void* stream, bool collective);
   Status check_rank(int r, const char* what) const;
   // A collective's wait: the group's timeout, and a member of this host

@@ -1,5 +1,8 @@
 #include "store/host_links.hpp"
 
+#include <algorithm>
+#include <chrono>
+
 #include "accrun/config.h"
 #include "store/tcp_transport.hpp"
 #if ACCRUN_HAVE_LIBFABRIC
@@ -7,6 +10,28 @@
 #endif
 
 namespace accrun::collectives::store {
+
+Result<std::string> lookup_published(Rendezvous* rv, const std::string& key, const PeerMonitor* peers,
+                                     const std::vector<Member>& members, int peer, const Wait& w) {
+  // Asked in slices, the job's word on the member between them.
+  constexpr long long kSliceMs = 250;
+  const auto start = Clock::now();
+  for (;;) {
+    if (peers != nullptr)
+      if (auto f = peers->failure(members[static_cast<std::size_t>(peer)].job_rank))
+        return remote_error("the job reports it failed: " + *f);
+    long long slice = kSliceMs;
+    if (w.deadline != Clock::time_point::max())
+      slice = std::clamp<long long>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(w.deadline - Clock::now()).count(), 0, kSliceMs);
+    Result<std::string> v = rv->lookup(key, static_cast<int>(slice));
+    if (v.is_ok() || v.status().code() != Code::kTimeout) return v;
+    if (Clock::now() >= w.deadline) {
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+      return timeout_error("key '" + key + "' not published within " + std::to_string(waited) + " ms");
+    }
+  }
+}
 
 Result<std::unique_ptr<HostLinks>> make_host_links(const std::string& transport, const GroupContext& ctx,
                                                    std::vector<bool> needs, std::size_t pair_buffer_max) {

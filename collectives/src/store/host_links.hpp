@@ -103,6 +103,14 @@ inline std::string describe_member(const std::vector<Member>& members, int peer)
   return "group rank " + std::to_string(peer) + " (job rank " + std::to_string(m.job_rank) + " on host " + m.host + ")";
 }
 
+// The value another member published under `key` (its address), waited
+// for until w's deadline but no longer than the job reports that member
+// alive (`peers`, may be null): a member that died before publishing fails
+// the wait within a fraction of a second, kRemote with the job's word (the
+// caller names the member).
+Result<std::string> lookup_published(Rendezvous* rv, const std::string& key, const PeerMonitor* peers,
+                                     const std::vector<Member>& members, int peer, const Wait& w);
+
 // The links a group's member needs: to every member q with needs[q] (those
 // on other hosts).  `transport` is "tcp" or "libfabric"; anything else, or
 // libfabric in a build without it, is kInvalidArgument / kNotSupported.

@@ -274,7 +274,7 @@ Status TcpTransport::connect_to(int peer, const Wait& w) {
   }
   const std::string where = "group '" + name_ + "': " + w.op + ": connecting to " + describe(peer);
   if (l.address.empty()) {
-    Result<std::string> v = rendezvous_->lookup("tcp.addr." + std::to_string(peer), remaining_ms(w, 1 << 30));
+    Result<std::string> v = lookup_published(rendezvous_, "tcp.addr." + std::to_string(peer), peers_, members_, peer, w);
     if (!v.is_ok()) return v.status().with_context(where + ": its address was never published");
     l.address = *v;
   }
