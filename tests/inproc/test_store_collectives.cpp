@@ -229,9 +229,17 @@ TEST(StoreLarge, FourMiBAndMore) {
       std::vector<char> out(in.size());
       ASSERT_TRUE(b.allreduce(in.data(), out.data(), count, DType::kFloat32, Op::kSum, nullptr).is_ok());
       ASSERT_EQ(0, std::memcmp(out.data(), want.data(), count * 4));
-      std::vector<std::uint8_t> bc(5u << 20, static_cast<std::uint8_t>(r));
-      ASSERT_TRUE(b.broadcast(bc.data(), bc.size(), DType::kUInt8, p - 1, nullptr).is_ok());
-      ASSERT_EQ(std::vector<std::uint8_t>(bc.size(), static_cast<std::uint8_t>(p - 1)), bc);
+      // From a host's leader and from the last rank (on several layouts a
+      // member that does not lead its host), bytes that differ by place and
+      // root: a piece put at the wrong offset shows.
+      for (int root : {0, p - 1}) {
+        auto byte = [&](std::size_t i) { return static_cast<std::uint8_t>((i % 251) * 3 + root * 17); };
+        std::vector<std::uint8_t> bc(5u << 20, static_cast<std::uint8_t>(r)), bwant(bc.size());
+        for (std::size_t i = 0; i < bc.size(); ++i) bwant[i] = byte(i);
+        if (r == root) bc = bwant;
+        ASSERT_TRUE(b.broadcast(bc.data(), bc.size(), DType::kUInt8, root, nullptr).is_ok());
+        ASSERT_TRUE(bc == bwant) << "broadcast from root " << root << " at rank " << r;
+      }
       std::vector<std::int64_t> part(1u << 19, r), all(part.size() * p);
       ASSERT_TRUE(b.allgather(part.data(), all.data(), part.size(), DType::kInt64, nullptr).is_ok());
       for (int q = 0; q < p; ++q) ASSERT_EQ(all[q * part.size() + 77], q);

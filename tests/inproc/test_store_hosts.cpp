@@ -349,6 +349,41 @@ TEST_P(StoreHosts, AMemberThatDiesOnAnotherHostFailsEveryMemberNamingIt) {
   }
 }
 
+// A large broadcast streams down the chain of leaders while each host's
+// members read every piece from their leader as it comes.  Its root (group
+// rank 0, job rank 10) dies before sending: the leaders of the other hosts
+// have posted their buffers and wait for it, their members wait for the
+// first piece, and every one of them fails within 5 s naming the dead rank.
+TEST_P(StoreHosts, ARootThatDiesBeforeALargeBroadcastFailsEveryMemberWaitingForAPiece) {
+  World w;
+  std::atomic<int> finished{0}, made{0};
+  GroupSpec g = on_hosts(spec("bcast-death", 6, 20'000, {10, 11, 12, 13, 14, 15}), "aabbcc", GetParam());
+  std::thread reporter([&] {
+    const auto until = Clock::now() + std::chrono::seconds(30);
+    while (made.load() < 6 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    w.peers.fail(10, "rank 10 on host host-a was killed by signal 9");
+  });
+  constexpr std::size_t kBytes = 8u << 20;
+  w.run(g, [&](int r, Backend& b) {
+    ++made;
+    if (r == 0) {  // "dies": silent, its sockets still open until the others are done
+      const auto until = Clock::now() + std::chrono::seconds(38);
+      while (finished.load() < 5 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return;
+    }
+    std::vector<char> buf(kBytes, static_cast<char>(r));
+    const auto start = Clock::now();
+    Status s = b.broadcast(buf.data(), kBytes, DType::kUInt8, 0, nullptr);
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(5)) << "rank " << r;
+    EXPECT_EQ(s.code(), Code::kRemote) << "rank " << r << ": " << s.message();
+    EXPECT_NE(s.message().find("job rank 10"), std::string::npos) << "rank " << r << ": " << s.message();
+    EXPECT_FALSE(b.barrier().is_ok()) << "the group stays unusable";
+    ++finished;
+  });
+  reporter.join();
+}
+
 // A leader reported dead while the group is made: the other host's leader
 // fails to reach it, and its host-mate, waiting for that leader inside the
 // host, fails too within seconds instead of waiting out the group's

@@ -137,6 +137,84 @@ Status StoreGroup::broadcast_part(void* buf, std::size_t count, DType dt, int ro
   return Status::ok();
 }
 
+Status StoreGroup::broadcast_stream(void* buf, std::size_t count, DType dt, int root, std::size_t piece,
+                                    const Piece& fill, const Piece& after) {
+  ACCRUN_RETURN_IF_ERROR(enter("broadcast", nullptr));
+  ACCRUN_RETURN_IF_ERROR(check_rank(root, "root"));
+  const std::size_t ds = dtype_size(dt);
+  ACCRUN_RETURN_IF_ERROR(check_buffers(buf, buf, count, ds));
+  char* data = static_cast<char*>(buf);
+  const std::size_t total = count * ds;
+  if (size_ == 1) {
+    for (std::size_t off = 0; off < total; off += piece) {
+      const std::size_t n = std::min(piece, total - off);
+      if (fill) ACCRUN_RETURN_IF_ERROR(fill(off, n));
+      if (after) ACCRUN_RETURN_IF_ERROR(after(off, n));
+    }
+    return Status::ok();
+  }
+  if (count == 0) return Status::ok();
+  sign(Coll::kBroadcast, count, dt, Op::kSum, root);
+  const std::uint64_t call = ++bcast_calls_ & 0xffff;  // as broadcast_part
+  sig_[0] |= call << kCallShift;
+  Ctrl& me = shm_->ctrl(rank_);
+  me.bcast_entered.store(bcast_calls_, std::memory_order_release);
+  const int h = begin_round();
+  if (!ok_) return broken_;
+  if (rank_ == root) {
+    // The buffer's address, and where this call's bytes start on the
+    // count readers wait for.
+    const std::uint64_t at[2] = {reinterpret_cast<std::uint64_t>(data), streamed_};
+    std::memcpy(box(root, h), at, sizeof at);
+    publish_box(h);
+    me.bcast_sig[0].store(sig_[0], std::memory_order_relaxed);
+    me.bcast_sig[1].store(sig_[1], std::memory_order_relaxed);
+    me.bcast_posted.store(bcast_calls_, std::memory_order_release);
+    for (std::size_t off = 0; off < total; off += piece) {
+      const std::size_t n = std::min(piece, total - off);
+      if (fill) ACCRUN_RETURN_IF_ERROR(fill(off, n));
+      me.streamed.store(streamed_ + (fill ? off + n : total), std::memory_order_release);
+      shm_->ring();
+      if (after) ACCRUN_RETURN_IF_ERROR(after(off, n));
+    }
+    streamed_ += total;
+  } else {
+    const std::uint64_t v = publish();
+    const auto& stamp = shm_->box(root, h).seq;
+    auto addressed = [&] { return stamp.load(std::memory_order_acquire) >= v; };
+    const Wait w = wait_spec();
+    if (!addressed())
+      ACCRUN_RETURN_IF_ERROR(guard(shm_->waiter().until(
+          addressed, [&] { return root_went_elsewhere(root, bcast_calls_, true, addressed); }, w.deadline,
+          [&] { return shm_->timed_out(w, {root}); })));
+    ACCRUN_RETURN_IF_ERROR(check_box_sig(root, h));
+    std::uint64_t at[2];
+    std::memcpy(at, box(root, h), sizeof at);
+    const auto& posted = shm_->ctrl(root).streamed;
+    auto in_place = [&] { return static_cast<std::size_t>(posted.load(std::memory_order_acquire) - at[1]); };
+    for (std::size_t have = 0; have < total;) {
+      // Piece by piece for `after`; else whatever the root has posted.
+      const std::size_t want = after ? std::min(total, have + piece) : have + 1;
+      auto ready = [&] { return in_place() >= want; };
+      if (!ready())
+        ACCRUN_RETURN_IF_ERROR(guard(shm_->waiter().until(
+            ready, [&] { return shm_->check_peer(root, op_); }, w.deadline,
+            [&] { return shm_->timed_out(w, {root}); })));
+      const std::size_t upto = after ? want : std::min(total, in_place());
+      ACCRUN_RETURN_IF_ERROR(guard(shm_->cma_read(root, data + have, at[0] + have, upto - have, op_)));
+      if (after) ACCRUN_RETURN_IF_ERROR(after(have, upto - have));
+      have = upto;
+    }
+  }
+  const std::uint64_t c = publish();
+  if (rank_ == root) {
+    ACCRUN_RETURN_IF_ERROR(guard(wait_all(c)));
+    ACCRUN_RETURN_IF_ERROR(check_all_sigs(h));
+  }
+  end_round();
+  return Status::ok();
+}
+
 template <class Ready>
 Status StoreGroup::root_went_elsewhere(int root, std::uint64_t call, bool first_chunk, Ready ready) {
   ACCRUN_RETURN_IF_ERROR(shm_->check_peer(root, op_));

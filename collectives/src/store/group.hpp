@@ -97,6 +97,19 @@ class StoreGroup final : public Backend {
   // `whole` (a hierarchical broadcast's chunk): members that disagree on
   // the whole fail at the first part, naming both calls.
   Status broadcast_part(void* buf, std::size_t count, DType dt, int root, std::size_t whole);
+  // A broadcast whose root gets its data in pieces while the others read
+  // it (a hierarchical broadcast: the host's leader receives it from
+  // another host), by cross-memory attach.  The root posts its buffer's
+  // address once, then each piece as soon as fill(off, n) has put it in
+  // place (fill null: the data is all there), and waits for its readers
+  // only at the end; a reader reads what is posted as it comes.  after(off,
+  // n), where set, runs on every rank once [off, off + n) is in its buffer
+  // (a reader then reads piece by piece).  Pieces are `piece` bytes, a
+  // multiple of the dtype's size.  Needs cma(); a failure of fill or after
+  // is returned as it is (the caller gives up on the group).
+  using Piece = std::function<Status(std::size_t off, std::size_t n)>;
+  Status broadcast_stream(void* buf, std::size_t count, DType dt, int root, std::size_t piece, const Piece& fill,
+                          const Piece& after);
   // The root a hierarchical group's call names, in its own ranks (-1: none),
   // signed into this group's calls until changed in place of their local
   // root: members of a host that disagree on a root elsewhere fail too.
@@ -190,6 +203,7 @@ class StoreGroup final : public Backend {
     std::uint64_t known_min = 0;  // every rank's bc_done for it is known to be at least this
   };
   BRingState bring_[2];
+  std::uint64_t streamed_ = 0;  // Ctrl::streamed, this rank's
   // This member's broadcasts on the group so far (broadcast_part calls): the
   // same count on every member making the same calls.  Stamped into a
   // broadcast's signature (kCallShift) so that a member whose call went

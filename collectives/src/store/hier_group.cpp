@@ -610,6 +610,15 @@ Status HierGroup::broadcast(void* buf, std::size_t count, DType dt, int root, vo
     const bool passes = leader() && pos < hosts - 1;
     const int local_root = pos == 0 ? local_index(root) : 0;
     char* b = static_cast<char*>(buf);
+    if (local_->cma()) {
+      // The members of a host read each chunk from the leader's buffer as
+      // it arrives, and the leader waits for them only at the end.
+      StoreGroup::Piece fill, after;
+      if (pos > 0 && leader()) fill = [&](std::size_t off, std::size_t n) { return lrecv(prev, b + off, n, w); };
+      if (passes) after = [&](std::size_t off, std::size_t n) { return lsend(next, b + off, n, w, true); };
+      ACCRUN_RETURN_IF_ERROR(run(local_->broadcast_stream(buf, count, dt, local_root, kChainChunk, fill, after)));
+      return passes ? run(lflush(next, w)) : Status::ok();
+    }
     for (std::size_t off = 0; off < bytes; off += kChainChunk) {
       const std::size_t n = std::min(kChainChunk, bytes - off);
       if (pos > 0 && leader()) ACCRUN_RETURN_IF_ERROR(run(lrecv(prev, b + off, n, w)));

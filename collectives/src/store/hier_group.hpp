@@ -29,7 +29,11 @@
 //                  broadcasts inside its own.  Above: down a chain of leaders from the root's
 //                  host in kChainChunk chunks, each host broadcasting a chunk
 //                  inside as soon as its leader has it (on the root's host,
-//                  the root broadcasts it and the leader passes it on)
+//                  the root broadcasts it and the leader passes it on); where
+//                  the host's members read each other's memory, one streamed
+//                  broadcast per host (StoreGroup::broadcast_stream): the
+//                  members read each chunk from the leader's buffer as it is
+//                  posted, and the leader waits for them only at the end
 //   allgather      local allgather; leaders exchange host blocks (by
 //                  recursive doubling between a power of two hosts above 2
 //                  while the whole is at most kSmallBytes / 4); local
@@ -62,10 +66,12 @@ namespace accrun::collectives::store {
 class HierGroup final : public Backend {
  public:
   static constexpr std::size_t kSmallBytes = 64 * 1024;
-  // The chain's chunk: each costs every leader a round trip with the
-  // members of its host, which on the 4 x 2 test bed (8 ranks on 2 CPUs)
-  // outweighs the pipelining smaller chunks give; 512 KiB was fastest from
-  // 1 to 4 MiB there and between 2 hosts (benchmarks/README.md).
+  // The chain's chunk.  Without cross-memory attach each costs every
+  // leader a round trip with the members of its host, which on the 4 x 2
+  // test bed (8 ranks on 2 CPUs) outweighs the pipelining smaller chunks
+  // give; 512 KiB was fastest from 1 to 4 MiB there and between 2 hosts.
+  // Streamed (no round trip), 256 KiB was slower and 1 MiB no faster
+  // (benchmarks/README.md).
   static constexpr std::size_t kChainChunk = 512 * 1024;
   // From this size up, an allreduce between hosts whose members all read
   // each other's memory, each host with the same number of members, runs in

@@ -88,6 +88,10 @@ struct alignas(128) Ctrl {
   // line: the owner writes it once per chunk, roots read it before reusing
   // a slot).
   alignas(64) std::atomic<std::uint64_t> bc_done[2];
+  // Bytes this rank has put in place as the root of streamed broadcasts
+  // (StoreGroup::broadcast_stream), over all of them: its readers wait for
+  // it to pass the end of the piece they read next.
+  alignas(64) std::atomic<std::uint64_t> streamed;
 };
 
 // One slot of a broadcast ring: a chunk of at most kBoxBytes lies in the
