@@ -110,6 +110,9 @@ struct GroupSpec {
   // "host", TCP (here over this machine's own addresses) between them.
   std::string hosts;           // one letter per group rank: "aabb"
   std::string transport = "tcp";  // between hosts: tcp or libfabric
+  // Whether the members are told their host is oversubscribed (the store
+  // then yields and takes its oversubscribed paths); default: from 3 ranks.
+  int oversubscribed = -1;
 };
 
 // The spec on hosts named by letters, one per group rank.
@@ -147,7 +150,7 @@ class World {
       ctx.members.push_back(m);
     }
     ctx.shm_dir = dir.path();
-    ctx.oversubscribed = g.size > 2;
+    ctx.oversubscribed = g.oversubscribed < 0 ? g.size > 2 : g.oversubscribed == 1;
     ctx.host_transport = g.transport;
     ctx.timeout_ms = g.timeout_ms;
     ctx.rendezvous = rv;

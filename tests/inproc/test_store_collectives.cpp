@@ -278,11 +278,17 @@ TEST(StoreLanes, AllreduceEveryDtypeOpInPlaceAndNot) {
 // Large allgathers in lanes: each member swaps its block with its lane on
 // the other hosts, then reads the other lanes' blocks from the members of
 // its host.  Every dtype, in place and not, ranks of a host consecutive or
-// not, 2 and 3 lanes, 2 and 4 hosts.
+// not, 2 and 3 lanes, 2 and 4 hosts; told the hosts are oversubscribed
+// (rounds through the slots) and not (cross-memory attach, where this
+// machine has a CPU for each rank of a host).
 TEST(StoreLanes, AllgatherEveryDtypeInPlaceAndNot) {
+  for (int over : {1, 0})
   for (auto [p, hosts] : {std::pair<int, const char*>{4, "aabb"}, {6, "aaabbb"}, {6, "abcabc"}, {8, "abcdabcd"}, {4, "abba"}}) {
+    SCOPED_TRACE(over ? "oversubscribed" : "not oversubscribed");
     World w;
-    w.run(on_hosts(spec("lanes-ag", p), hosts), [&](int r, Backend& b) {
+    GroupSpec g = on_hosts(spec("lanes-ag", p), hosts);
+    g.oversubscribed = over;
+    w.run(g, [&](int r, Backend& b) {
       for (DType dt : kAllDTypes)
         for (bool in_place : {false, true}) {
           const std::size_t n = (96u << 10) / dtype_size(dt) / static_cast<std::size_t>(p) + 5;  // per rank
@@ -296,6 +302,31 @@ TEST(StoreLanes, AllgatherEveryDtypeInPlaceAndNot) {
           ASSERT_EQ(0, std::memcmp(out.data(), want.data(), n * p * dtype_size(dt)))
               << hosts << " rank " << r << ": allgather " << dtype_name(dt) << (in_place ? " in place" : "");
         }
+    });
+  }
+}
+
+// Large blocks shared in lanes cross the slots' boundaries mid-block, and
+// members hold different numbers of bytes (3 hosts of 2, 2 hosts of 3):
+// every block lands whole and in its place.
+TEST(StoreLanes, AllgatherBlocksLargerThanASlotHalf) {
+  for (int over : {1, 0})
+  for (auto [p, hosts] : {std::pair<int, const char*>{4, "abab"}, {6, "abcabc"}, {6, "aaabbb"}}) {
+    SCOPED_TRACE(std::string(hosts) + (over ? ", oversubscribed" : ", not oversubscribed"));
+    World w;
+    GroupSpec g = on_hosts(spec("lanes-big", p), hosts);
+    g.oversubscribed = over;
+    w.run(g, [&](int r, Backend& b) {
+      const std::size_t n = (700u << 10) / 4 + 3;  // per rank, int32: 2.7 slot halves and a bit
+      auto value = [](int q, std::size_t i) { return static_cast<std::int32_t>(q * 1000003 + static_cast<long>(i) * 7); };
+      std::vector<std::int32_t> mine(n), out(n * p, -1), want(n * p);
+      for (std::size_t i = 0; i < n; ++i) mine[i] = value(r, i);
+      for (std::size_t i = 0; i < want.size(); ++i) want[i] = value(static_cast<int>(i / n), i % n);
+      for (int call = 0; call < 2; ++call) {
+        ASSERT_TRUE(b.allgather(mine.data(), out.data(), n, DType::kInt32, nullptr).is_ok());
+        ASSERT_TRUE(out == want) << "rank " << r << ", call " << call;
+        std::fill(out.begin(), out.end(), -1);
+      }
     });
   }
 }

@@ -90,7 +90,9 @@ class StoreGroup final : public Backend {
   // ranges owned(q, &ranges) lists (offset, length); afterwards every member
   // holds all of them (a hierarchical allgather in lanes: each member has
   // its lane's blocks from the other hosts).  One round by cross-memory
-  // attach; `count` and `dt` are the call's, for the signature.  Needs cma().
+  // attach (on an oversubscribed host, rounds through the slots:
+  // share_in_rounds); `count` and `dt` are the call's, for the signature.
+  // Needs cma().
   using Owned = std::function<void(int q, std::vector<std::pair<std::size_t, std::size_t>>* ranges)>;
   Status share_ranges(char* buf, std::size_t count, DType dt, const Owned& owned);
   // A broadcast of `count` elements that are part of a broadcast of
@@ -179,6 +181,7 @@ class StoreGroup final : public Backend {
   Status reduce_to(const char* in, char* out, std::size_t count, DType dt, Op op, int root);  // root < 0: all
   Status allreduce_cma(const char* in, char* out, std::size_t count, DType dt, Op op,
                        const Between* between = nullptr);
+  Status share_in_rounds(char* buf, const Owned& owned);  // share_ranges' rounds through the slots
 
   struct PendingRecv {
     void* buf;
