@@ -384,6 +384,38 @@ TEST_P(StoreHosts, ARootThatDiesBeforeALargeBroadcastFailsEveryMemberWaitingForA
   reporter.join();
 }
 
+// A member of the root's host passes another count to a large broadcast
+// while the chain is held up further down (host c comes a second late, and
+// at most 1 MiB may wait towards a host): host a gives up mid-stream and
+// tells the other hosts.  Host b, which learns it from a, must pass it on:
+// host c waits for b's next chunk, not for anything from a, and b's
+// program goes on holding the group.  Every member fails within seconds,
+// not at the group's 20 s timeout.
+TEST_P(StoreHosts, AHostThatGivesUpMidChainStopsEveryHostDownTheChain) {
+  World w;
+  store::Tuning t;
+  t.pair_buffer_max = 1u << 20;
+  std::atomic<int> failed{0};
+  const auto start = Clock::now();
+  w.run(on_hosts(spec("chain-abort", 6, 20'000), "aabbcc", GetParam()), t, [&](int r, Backend& b) {
+    const std::size_t count = r == 1 ? (16u << 20) + 4 : 16u << 20;
+    std::vector<char> buf(count, static_cast<char>(r));
+    if (r >= 4) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    Status s = b.broadcast(buf.data(), count, DType::kUInt8, 0, nullptr);
+    if (s.is_ok()) s = b.barrier();
+    EXPECT_FALSE(s.is_ok()) << "rank " << r;
+    EXPECT_NE(s.code(), Code::kTimeout) << "rank " << r << ": " << s.message();
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(8)) << "rank " << r << ": " << s.message();
+    if (!s.is_ok()) ++failed;
+    // Host b's program goes on holding the group (its links stay open)
+    // until the others are done.
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    while (r >= 2 && r <= 3 && failed.load() < 6 && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  });
+  EXPECT_EQ(failed.load(), 6);
+}
+
 // A leader reported dead while the group is made: the other host's leader
 // fails to reach it, and its host-mate, waiting for that leader inside the
 // host, fails too within seconds instead of waiting out the group's

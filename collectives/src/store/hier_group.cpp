@@ -234,9 +234,13 @@ Status HierGroup::fail(Status s) {
               static_cast<unsigned long long>(calls_), links_->describe(peer).c_str(), state.c_str());
       }
     }
-    if ((leader() || lanes_ > 1) && !told_) {
+    if (leader() || lanes_ > 1) {
       // The other hosts' members of this member's lane (the leaders, for a
       // leader), so none waits for this one; they tell their hosts in turn.
+      // One told by another host tells the rest too: a host waiting for
+      // this one (the next down a broadcast's chain) reads nothing from the
+      // host that gave up first, and this member's program may go on
+      // holding the group, its links open, for as long as it likes.
       // (Its code rides in `op`: a timeout or a misuse stays one for every
       // member, as inside a host.)
       const Sig abort{kAbort, 0, static_cast<std::uint32_t>(s.code()), 0, 0};
@@ -244,7 +248,7 @@ Status HierGroup::fail(Status s) {
       w.op = op_;
       w.deadline = Clock::now() + std::chrono::seconds(1);
       for (std::size_t h = 0; h < hosts_.size(); ++h) {
-        if (static_cast<int>(h) == my_host_) continue;
+        if (static_cast<int>(h) == my_host_ || static_cast<int>(h) == told_by_) continue;
         (void)links_->send2(hosts_[h][static_cast<std::size_t>(local_rank_)], HostLinks::kCollective, &abort, sizeof abort, s.message().data(),
                           s.message().size(), w);
       }
@@ -359,7 +363,7 @@ Status HierGroup::check_sig(int from, const std::string& message) {
   Sig theirs{};
   if (out->size() >= sizeof theirs) std::memcpy(&theirs, out->data(), sizeof theirs);
   if (out->size() >= sizeof theirs && theirs.coll == kAbort) {
-    told_ = true;  // its leader told the others already
+    told_by_ = host_of_[static_cast<std::size_t>(from)];  // (not told again)
     const Code code = static_cast<Code>(theirs.op);
     return Status(code == Code::kTimeout || code == Code::kInvalidUsage ? code : Code::kRemote,
                   "group '" + name_ + "': " + op_ + ": " + links_->describe(from) + " gave up: " +

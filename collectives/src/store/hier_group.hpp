@@ -182,7 +182,7 @@ class HierGroup final : public Backend {
   Sig sig_;
   const char* op_ = "setup";
   Status broken_;
-  bool told_ = false;  // the failure came from another leader, who told the rest
+  int told_by_ = -1;  // the host whose word of giving up failed this member, if one did
   int depth_ = 0;
   std::uint64_t calls_ = 0;  // collective calls entered (Sig::call)
   std::vector<PendingRecv> pending_;
