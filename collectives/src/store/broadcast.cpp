@@ -32,20 +32,7 @@ Status StoreGroup::broadcast_part(void* buf, std::size_t count, DType dt, int ro
   const std::size_t ds = dtype_size(dt);
   ACCRUN_RETURN_IF_ERROR(check_buffers(buf, buf, count, ds));
   if (count == 0 || size_ == 1) return Status::ok();
-  sign(Coll::kBroadcast, whole, dt, Op::kSum, root);
-  // Which of the group's broadcasts this is (16 bits of it), in the
-  // signature the root stamps and every reader compares: a reader whose
-  // count sent it another way (the other ring, or single copy) then fails
-  // instead of taking a later call's data or waiting for ever.
-  const std::uint64_t call = ++bcast_calls_ & 0xffff;
-  sig_[0] |= call << kCallShift;
-  Ctrl& me = shm_->ctrl(rank_);
-  me.bcast_entered.store(bcast_calls_, std::memory_order_release);
-  auto post = [&] {
-    me.bcast_sig[0].store(sig_[0], std::memory_order_relaxed);
-    me.bcast_sig[1].store(sig_[1], std::memory_order_relaxed);
-    me.bcast_posted.store(bcast_calls_, std::memory_order_release);
-  };
+  sign_broadcast(whole, dt, root);
   char* data = static_cast<char*>(buf);
   const std::size_t total = count * ds;
   // On an oversubscribed host the root would wait for every reader to get
@@ -60,31 +47,13 @@ Status StoreGroup::broadcast_part(void* buf, std::size_t count, DType dt, int ro
     if (!ok_) return broken_;
     if (rank_ == root) {
       const std::uint64_t addr = reinterpret_cast<std::uint64_t>(data);
-      std::memcpy(box(root, h), &addr, sizeof addr);
-      publish_box(h);
-      post();
+      post_broadcast(h, &addr, sizeof addr);
     } else {
-      const std::uint64_t v = publish();
-      const auto& stamp = shm_->box(root, h).seq;
-      auto ready = [&] { return stamp.load(std::memory_order_acquire) >= v; };
-      if (!ready()) {
-        const Wait w = wait_spec();
-        ACCRUN_RETURN_IF_ERROR(guard(shm_->waiter().until(
-            ready, [&] { return root_went_elsewhere(root, bcast_calls_, true, ready); }, w.deadline,
-            [&] { return shm_->timed_out(w, {root}); })));
-      }
-      ACCRUN_RETURN_IF_ERROR(check_box_sig(root, h));
       std::uint64_t addr;
-      std::memcpy(&addr, box(root, h), sizeof addr);
+      ACCRUN_RETURN_IF_ERROR(read_root_box(root, h, &addr, sizeof addr));
       ACCRUN_RETURN_IF_ERROR(guard(shm_->cma_read(root, data, addr, count * ds, op_)));
     }
-    const std::uint64_t c = publish();
-    if (rank_ == root) {
-      ACCRUN_RETURN_IF_ERROR(guard(wait_all(c)));
-      ACCRUN_RETURN_IF_ERROR(check_all_sigs(h));
-    }
-    end_round();
-    return Status::ok();
+    return end_single_copy(root, h);
   }
   // Chunks stream through a broadcast ring (see the top of the file).
   const std::size_t bytes = count * ds;
@@ -115,7 +84,7 @@ Status StoreGroup::broadcast_part(void* buf, std::size_t count, DType dt, int ro
       s->sig[1] = sig_[1];
       if (!s->seq.compare_exchange_strong(prev, t + 1, std::memory_order_release, std::memory_order_acquire))
         return two_roots();
-      if (off == 0) post();
+      if (off == 0) mark_posted();
       shm_->ring();
     } else {
       auto ready = [&] { return s->seq.load(std::memory_order_acquire) >= t + 1; };
@@ -154,22 +123,15 @@ Status StoreGroup::broadcast_stream(void* buf, std::size_t count, DType dt, int 
     return Status::ok();
   }
   if (count == 0) return Status::ok();
-  sign(Coll::kBroadcast, count, dt, Op::kSum, root);
-  const std::uint64_t call = ++bcast_calls_ & 0xffff;  // as broadcast_part
-  sig_[0] |= call << kCallShift;
-  Ctrl& me = shm_->ctrl(rank_);
-  me.bcast_entered.store(bcast_calls_, std::memory_order_release);
+  sign_broadcast(count, dt, root);
   const int h = begin_round();
   if (!ok_) return broken_;
   if (rank_ == root) {
     // The buffer's address, and where this call's bytes start on the
     // count readers wait for.
     const std::uint64_t at[2] = {reinterpret_cast<std::uint64_t>(data), streamed_};
-    std::memcpy(box(root, h), at, sizeof at);
-    publish_box(h);
-    me.bcast_sig[0].store(sig_[0], std::memory_order_relaxed);
-    me.bcast_sig[1].store(sig_[1], std::memory_order_relaxed);
-    me.bcast_posted.store(bcast_calls_, std::memory_order_release);
+    post_broadcast(h, at, sizeof at);
+    Ctrl& me = shm_->ctrl(rank_);
     for (std::size_t off = 0; off < total; off += piece) {
       const std::size_t n = std::min(piece, total - off);
       if (fill) ACCRUN_RETURN_IF_ERROR(fill(off, n));
@@ -179,17 +141,9 @@ Status StoreGroup::broadcast_stream(void* buf, std::size_t count, DType dt, int 
     }
     streamed_ += total;
   } else {
-    const std::uint64_t v = publish();
-    const auto& stamp = shm_->box(root, h).seq;
-    auto addressed = [&] { return stamp.load(std::memory_order_acquire) >= v; };
-    const Wait w = wait_spec();
-    if (!addressed())
-      ACCRUN_RETURN_IF_ERROR(guard(shm_->waiter().until(
-          addressed, [&] { return root_went_elsewhere(root, bcast_calls_, true, addressed); }, w.deadline,
-          [&] { return shm_->timed_out(w, {root}); })));
-    ACCRUN_RETURN_IF_ERROR(check_box_sig(root, h));
     std::uint64_t at[2];
-    std::memcpy(at, box(root, h), sizeof at);
+    ACCRUN_RETURN_IF_ERROR(read_root_box(root, h, at, sizeof at));
+    const Wait w = wait_spec();
     const auto& posted = shm_->ctrl(root).streamed;
     auto in_place = [&] { return static_cast<std::size_t>(posted.load(std::memory_order_acquire) - at[1]); };
     for (std::size_t have = 0; have < total;) {
@@ -206,6 +160,49 @@ Status StoreGroup::broadcast_stream(void* buf, std::size_t count, DType dt, int 
       have = upto;
     }
   }
+  return end_single_copy(root, h);
+}
+
+void StoreGroup::sign_broadcast(std::size_t whole, DType dt, int root) {
+  sign(Coll::kBroadcast, whole, dt, Op::kSum, root);
+  // Which of the group's broadcasts this is (16 bits of it), in the
+  // signature the root stamps and every reader compares: a reader whose
+  // count sent it another way (the other ring, or single copy) then fails
+  // instead of taking a later call's data or waiting for ever.
+  const std::uint64_t call = ++bcast_calls_ & 0xffff;
+  sig_[0] |= call << kCallShift;
+  shm_->ctrl(rank_).bcast_entered.store(bcast_calls_, std::memory_order_release);
+}
+
+void StoreGroup::mark_posted() {
+  Ctrl& me = shm_->ctrl(rank_);
+  me.bcast_sig[0].store(sig_[0], std::memory_order_relaxed);
+  me.bcast_sig[1].store(sig_[1], std::memory_order_relaxed);
+  me.bcast_posted.store(bcast_calls_, std::memory_order_release);
+}
+
+void StoreGroup::post_broadcast(int h, const void* what, std::size_t len) {
+  std::memcpy(box(rank_, h), what, len);
+  publish_box(h);
+  mark_posted();
+}
+
+Status StoreGroup::read_root_box(int root, int h, void* out, std::size_t len) {
+  const std::uint64_t v = publish();
+  const auto& stamp = shm_->box(root, h).seq;
+  auto ready = [&] { return stamp.load(std::memory_order_acquire) >= v; };
+  if (!ready()) {
+    const Wait w = wait_spec();
+    ACCRUN_RETURN_IF_ERROR(guard(shm_->waiter().until(
+        ready, [&] { return root_went_elsewhere(root, bcast_calls_, true, ready); }, w.deadline,
+        [&] { return shm_->timed_out(w, {root}); })));
+  }
+  ACCRUN_RETURN_IF_ERROR(check_box_sig(root, h));
+  std::memcpy(out, box(root, h), len);
+  return Status::ok();
+}
+
+Status StoreGroup::end_single_copy(int root, int h) {
   const std::uint64_t c = publish();
   if (rank_ == root) {
     ACCRUN_RETURN_IF_ERROR(guard(wait_all(c)));

@@ -175,6 +175,16 @@ class StoreGroup final : public Backend {
   Status wait_one(int q, std::uint64_t v);
   Status wait_box(int q, int h, std::uint64_t v);
   Status wait_bc_done(int which, std::uint64_t v);  // every rank finished broadcast chunk v - 1
+  // A broadcast's steps (broadcast.cpp): its signature with the group's
+  // count of broadcasts, entered; the root's post of it (bcast_sig, posted);
+  // in a single-copy round, the root's box of `len` bytes (its buffer's
+  // address) posted, a reader's wait for it, and the round's end (the root
+  // waits for every reader and checks their signatures).
+  void sign_broadcast(std::size_t whole, DType dt, int root);
+  void mark_posted();
+  void post_broadcast(int h, const void* what, std::size_t len);
+  Status read_root_box(int root, int h, void* out, std::size_t len);
+  Status end_single_copy(int root, int h);
   // The address rank q published in its box h (round value v), its
   // signature checked: where a cross-memory-attach read finds q's buffer.
   Status peer_address(int q, int h, std::uint64_t v, std::uint64_t* addr);
