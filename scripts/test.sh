@@ -17,7 +17,8 @@ echo "== sanitized build (address,undefined): unit and in-process tiers"
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DACCRUN_SANITIZE=address,undefined \
   -DACCRUN_WERROR=ON -DACCRUN_BUILD_BENCHMARKS=OFF >/dev/null
 cmake --build build/asan -j "$jobs" --target accrun_sanitized_tiers
-(cd build/asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+(cd build/asan && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$root/tests/lsan.supp" \
+   UBSAN_OPTIONS=print_stacktrace=1 \
    ctest -L '^(unit|inproc)$' -j "$jobs" --output-on-failure --timeout 300) | tail -n 25
 
 echo "== optimised build: every test"
