@@ -361,7 +361,7 @@ void FabricTransport::progress() {
 template <class Ready>
 Status FabricTransport::wait_for(Ready ready, int peer, const Wait& w, const char* what) {
   const auto start = Clock::now();
-  auto next_check = start;
+  auto next_check = start + std::chrono::milliseconds(1);  // most waits end sooner
   for (;;) {
     if (closed_) return remote_error("group '" + group_ + "': " + w.op + ": the libfabric endpoint is closed (the group failed)");
     progress();
@@ -618,29 +618,45 @@ void FabricTransport::unborrow() {
       op->borrowed = false;
       outstanding_[static_cast<std::size_t>(op->peer)] += op->len;
     }
+  auto gone = [&](int q) {
+    return !lost_[static_cast<std::size_t>(q)].empty() ||
+           (peers_ != nullptr && peers_->failure(members_[static_cast<std::size_t>(q)].job_rank));
+  };
   auto borrowed_left = [&] {
     for (const Op& o : ops_)
-      if (o.is_send && o.borrowed && o.posted && !o.done) return true;
+      if (o.is_send && o.borrowed && o.posted && !o.done && !gone(o.peer)) return true;
     return false;
   };
   // Handed over: they may still finish; a receiver that is failing too
   // never takes them, and then only closing the endpoint stops the
-  // provider reading the caller's memory.  What else is queued (the word
-  // that this member gave up) goes out first.
+  // provider reading the caller's memory.  With manual progress nothing
+  // leaves unless this member calls the provider, and its program may
+  // return from the failed call and never call again: a live peer's
+  // transfers are driven to their end here, then what else is queued (the
+  // word that this member gave up), or a leader on another host that
+  // waits for a chunk's data, or for the word, waits out its group's
+  // timeout.  A second for the transfers: with three CPU hogs beside a
+  // 4-rank test group on this machine's two CPUs three 512 KiB chunks took
+  // 110-320 ms to finish; at a 200 ms bound 7 runs of 15 left the other host
+  // waiting out the timeout.
   Wait w;
   w.op = "unborrow";
-  w.deadline = Clock::now() + std::chrono::milliseconds(200);
-  if (wait_for([&] { return !borrowed_left(); }, -1, w, "borrowed sends").is_ok() && !close_pending_) return;
+  w.deadline = Clock::now() + std::chrono::seconds(1);
+  const bool returned = wait_for([&] { return !borrowed_left(); }, -1, w, "borrowed sends").is_ok();
   w.deadline = Clock::now() + std::chrono::milliseconds(500);
   (void)wait_for(
       [&] {
-        if (!unposted_.empty()) return false;
+        for (const Op* o : unposted_)
+          if (!gone(o->peer)) return false;
         for (const Op& o : ops_)
-          if (o.is_send && !o.borrowed && !o.done) return false;
+          if (o.is_send && !o.borrowed && !o.done && !gone(o.peer)) return false;
         return true;
       },
       -1, w, "queued sends");
-  close_all();
+  // A dead peer's transfers never finish: only closing takes them back.
+  bool stuck = !returned || close_pending_;
+  for (const Op& o : ops_) stuck = stuck || (o.is_send && o.borrowed && o.posted && !o.done);
+  if (stuck) close_all();
 }
 
 Status FabricTransport::flush(const Wait& w) {
