@@ -215,6 +215,33 @@ TEST(StoreBroadcast, RootsRunAheadOfAStalledReader) {
   });
 }
 
+// Small broadcasts across hosts go down a binomial tree of the hosts'
+// leaders, rooted at the root's leader.  From every rank in turn, back to
+// back, on host counts that are and are not powers of two (with the root's
+// host anywhere around them, and hosts of one and of several members),
+// at sizes up to the largest the tree carries: a leader that waits on the
+// wrong parent or forwards to the wrong child hangs (the timeout fails the
+// test) or takes another call's bytes.
+TEST(StoreBroadcast, SmallBroadcastsAcrossHostsFromEveryRoot) {
+  for (auto [p, hosts] : {std::pair<int, const char*>{3, "abc"}, {5, "abcde"}, {6, "aabcde"}, {7, "abcdefg"},
+                          {8, "abcdefgb"}}) {
+    World w;
+    w.run(on_hosts(spec("tree", p), hosts), [&](int r, Backend& b) {
+      for (std::size_t bytes : {std::size_t{1}, std::size_t{4000}, std::size_t{64 * 1024}}) {
+        for (int root = 0; root < p; ++root) {
+          auto byte = [&](std::size_t i) { return static_cast<std::uint8_t>(i * 7 + root * 31 + bytes); };
+          std::vector<std::uint8_t> buf(bytes, static_cast<std::uint8_t>(0xEE)), want(bytes);
+          for (std::size_t i = 0; i < bytes; ++i) want[i] = byte(i);
+          if (r == root) buf = want;
+          ASSERT_TRUE(b.broadcast(buf.data(), bytes, DType::kUInt8, root, nullptr).is_ok())
+              << bytes << " B from root " << root << " at rank " << r << " on hosts " << hosts;
+          ASSERT_TRUE(buf == want) << bytes << " B from root " << root << " at rank " << r << " on hosts " << hosts;
+        }
+      }
+    });
+  }
+}
+
 // 4 MiB and more: allreduce, broadcast and allgather across many chunks.
 // Between hosts: the ring (3 hosts) and recursive halving and doubling (4
 // and 8 hosts, some with uneven ranks per host), blocks of uneven sizes.

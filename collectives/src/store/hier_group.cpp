@@ -522,19 +522,31 @@ Status HierGroup::leaders_allreduce(char* buf, std::size_t count, DType dt, Op o
   return Status::ok();
 }
 
-// A small broadcast between the leaders: from the root's leader to every
-// other (a large one runs down a chain, in broadcast()).
+// A small broadcast between the leaders, down a binomial tree rooted at the
+// root's leader: the leader at position p from it (counted around the
+// hosts) receives from p less its lowest set bit, then sends to p + 2^k
+// for each 2^k below that bit, the farthest first.  The root's leader sends
+// log2(hosts) messages instead of one per host, and the sends spread over
+// the leaders (a large broadcast runs down a chain, in broadcast()).
 Status HierGroup::leaders_broadcast(char* buf, std::size_t bytes, int root_host) {
   const int hosts = static_cast<int>(hosts_.size());
   if (hosts == 1 || bytes == 0) return Status::ok();
   const Wait w = wait_spec();
-  say_algorithm("from the root's leader to every leader", bytes);
-  if (my_host_ == root_host) {
-    for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(lsend((root_host + i) % hosts, buf, bytes, w, true));
-    for (int i = 1; i < hosts; ++i) ACCRUN_RETURN_IF_ERROR(lflush((root_host + i) % hosts, w));
-    return Status::ok();
+  say_algorithm("binomial tree of leaders", bytes);
+  const int pos = (my_host_ - root_host + hosts) % hosts;
+  int bit = 1;
+  for (; bit < hosts; bit <<= 1) {
+    if ((pos & bit) != 0) {
+      ACCRUN_RETURN_IF_ERROR(lrecv((root_host + pos - bit) % hosts, buf, bytes, w));
+      break;
+    }
   }
-  return lrecv(root_host, buf, bytes, w);
+  int kids[32], n = 0;
+  for (bit >>= 1; bit > 0; bit >>= 1)
+    if (pos + bit < hosts) kids[n++] = (root_host + pos + bit) % hosts;
+  for (int i = 0; i < n; ++i) ACCRUN_RETURN_IF_ERROR(lsend(kids[i], buf, bytes, w, true));
+  for (int i = 0; i < n; ++i) ACCRUN_RETURN_IF_ERROR(lflush(kids[i], w));
+  return Status::ok();
 }
 
 // ------------------------------------------------------------ collectives

@@ -25,8 +25,9 @@
 //                  the root's host: the point-to-point channel carries the
 //                  program's own sends)
 //   broadcast      up to kSmallBytes: the root broadcasts inside its host,
-//                  its leader sends the data to every other leader, which
-//                  broadcasts inside its own.  Above: down a chain of leaders from the root's
+//                  its leader sends the data down a binomial tree of
+//                  leaders, each passing it on before it broadcasts inside
+//                  its own host.  Above: down a chain of leaders from the root's
 //                  host in kChainChunk chunks, each host broadcasting a chunk
 //                  inside as soon as its leader has it (on the root's host,
 //                  the root broadcasts it and the leader passes it on); where

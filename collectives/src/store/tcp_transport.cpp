@@ -622,7 +622,8 @@ Status TcpTransport::flush(const Wait& w) {
 template <class Ready>
 Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* what, bool watch_all) {
   const auto start = Clock::now();
-  auto next_check = start, next_left_look = start;
+  // The first look at the peers after a millisecond: most waits end sooner.
+  auto next_check = start + std::chrono::milliseconds(1), next_left_look = start;
   for (;;) {
     if (ready()) return Status::ok();
     const auto now = Clock::now();
@@ -681,21 +682,25 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
       // a millisecond at most, so the checks above keep their pace.
       progress(remaining_ms(w, 1));
     } else if (!spin_ && now - start < std::chrono::milliseconds(10)) {
-      progress(0);
+      look(peer);
       sched_yield();
     } else if (spin_ && now - start < std::chrono::microseconds(200)) {
-      // While spinning, a recv on the awaited link is cheaper than a poll of
-      // every socket; the others (and the listener) are looked at every
-      // 16th turn, counted across calls.
-      const Link& l = links_[static_cast<std::size_t>(std::max(peer, 0))];
-      if (peer >= 0 && l.in_fd >= 0 && !l.in_closed && (++spin_turn_ & 15) != 0) {
-        read_link(peer);
-      } else {
-        progress(0);
-      }
+      look(peer);
     } else {
       progress(remaining_ms(w, 50));
     }
+  }
+}
+
+// One look between turns of a short wait: a recv on the awaited link costs
+// less than a poll of every socket; the others (and the listener) are looked
+// at every 16th turn, counted across calls.
+void TcpTransport::look(int peer) {
+  const Link& l = links_[static_cast<std::size_t>(std::max(peer, 0))];
+  if (peer >= 0 && l.in_fd >= 0 && !l.in_closed && (++spin_turn_ & 15) != 0) {
+    read_link(peer);
+  } else {
+    progress(0);
   }
 }
 

@@ -209,6 +209,8 @@ class TcpTransport final : public Transport, public HostLinks {
   // One round of progress: accepts, reads and writes whatever is ready,
   // waiting up to timeout_ms for something to be.
   void progress(int timeout_ms);
+  // One look between the turns of a short wait for `peer` (see the .cpp).
+  void look(int peer);
   // Takes what a pending connection sent of its hello: false while it is
   // incomplete; true once it was taken as its member's connection or
   // refused (then closed).
