@@ -503,6 +503,11 @@ void FabricTransport::maybe_report(int peer, std::uint32_t tag) {
   post_credit(peer, 0, tag, c.taken);
 }
 
+bool FabricTransport::gone(int peer) const {
+  const auto q = static_cast<std::size_t>(peer);
+  return !lost_[q].empty() || (peers_ != nullptr && peers_->failure(members_[q].job_rank));
+}
+
 void FabricTransport::post_unposted() {
   // In order per peer; a peer the provider cannot take more for yet (its
   // connection is still being made, or gone) holds up only its own sends,
@@ -518,7 +523,7 @@ void FabricTransport::post_unposted() {
       ++it;
       continue;
     }
-    const bool alive = lost_[q].empty() && (peers_ == nullptr || !peers_->failure(members_[q].job_rank));
+    const bool alive = !gone(op->peer);
     if (alive && op->charge > 0 && t < 2) {
       Credit& c = credit_[q][t];
       if (c.charged > c.acked && c.charged - c.acked + op->charge > kCreditWindow) {
@@ -618,10 +623,6 @@ void FabricTransport::unborrow() {
       op->borrowed = false;
       outstanding_[static_cast<std::size_t>(op->peer)] += op->len;
     }
-  auto gone = [&](int q) {
-    return !lost_[static_cast<std::size_t>(q)].empty() ||
-           (peers_ != nullptr && peers_->failure(members_[static_cast<std::size_t>(q)].job_rank));
-  };
   auto borrowed_left = [&] {
     for (const Op& o : ops_)
       if (o.is_send && o.borrowed && o.posted && !o.done && !gone(o.peer)) return true;

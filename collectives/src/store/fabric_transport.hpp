@@ -116,6 +116,9 @@ class FabricTransport final : public HostLinks {
   Status next_header(int peer, Tag tag, Header* out, const Wait& w);
   Status receive_body(int peer, Tag tag, char* dest, std::size_t len, const Wait& w);
   void progress();
+  // Peer's link is lost, or the job reports its rank failed: nothing to
+  // or from it will finish.
+  bool gone(int peer) const;
   void post_unposted();
   // Posts the receive of peer's credit reports and requests (once per
   // peer, again after each).

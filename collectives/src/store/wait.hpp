@@ -108,10 +108,11 @@ struct Waiter {
   // whether a peer it waits for has failed (a non-ok Status ends the wait),
   // and past the deadline returns timed_out().  Not at once: most waits end
   // sooner, and a check costs a system call per peer (kill(pid, 0)), which
-  // on an oversubscribed host came to several per broadcast.  A failure is the wait's only when ready() is still false
-  // after check() saw it: a peer may put what this member waits for in
-  // place and exit (a broadcast's root runs ahead of its readers) between
-  // the last ready() and check().
+  // on an oversubscribed host came to several per broadcast.  A failure is
+  // the wait's only when ready() is still false after check() saw it: a
+  // peer may put what this member waits for in place and exit (a
+  // broadcast's root runs ahead of its readers) between the last ready()
+  // and check().
   template <class Ready, class Check, class TimedOut>
   Status until(Ready ready, Check check, Clock::time_point deadline, TimedOut timed_out) const {
     const auto start = Clock::now();
