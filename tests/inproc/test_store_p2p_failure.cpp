@@ -390,6 +390,7 @@ TEST(StoreTuning, TinyHalvesAndRingsStillGiveExactResults) {
   t.allgather_chunk = 768;
   t.ring_bytes = 4096;
   t.cma_min = 1024;  // 5000 elements take the cross-memory-attach paths
+  t.allreduce_cma_min = 1024;
   t.allgather_cma_min = 1024;
   t.bcast_cma_min = 1024;
   t.bcast_small_slots = 3;  // broadcast rings wrap many times

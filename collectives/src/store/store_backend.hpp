@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "accrun/backend.hpp"
@@ -38,7 +39,16 @@ struct Tuning {
   // From this size, allreduce and allgather read the peers' user
   // buffers directly with process_vm_readv (single copy, three
   // synchronisations per call) when every member can (checked at setup).
+  // Allreduce only on an oversubscribed host (below).
   std::size_t cma_min = 256 * 1024;
+  // Allreduce on a host with a CPU for every rank reads single copy from
+  // this size: by default never.  There the chunked rounds, whose pieces
+  // stay in the cache while both cores work on them, measured 0.74-0.99 of
+  // raw MPI at 2 ranks, 256 KiB-64 MiB, against 0.84-1.54 single copy
+  // (benchmarks/README.md); oversubscribed, single copy's three
+  // synchronisations win (4 ranks on 2 CPUs, 1-4 MiB: 0.88-1.05 against
+  // 1.14-1.37).
+  std::size_t allreduce_cma_min = SIZE_MAX;
   // Allgather reads the others' parts from their send buffers, lines no
   // core has just written: with a CPU for every rank single copy wins from
   // 16 KiB here; oversubscribed, its three synchronisations cost more than
