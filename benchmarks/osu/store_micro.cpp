@@ -9,7 +9,8 @@
 // The first argument after the options names the benchmark (allreduce, bcast,
 // allgather, reduce_scatter, barrier, latency, bw).  Tuning knobs for sweeps:
 // --half B --small-max B --ar-chunk B --bc-chunk B --ag-chunk B --spin-ns NS
-// --cma-min B --ar-cma-min B --ag-cma-min B --bc-cma-min B --bc-cma-mid MIN:MAX.
+// --cma-min B --ar-cma-min B --ag-cma-min B --ag-over-cma-min B --bc-cma-min B
+// --bc-cma-mid MIN:MAX.
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -80,6 +81,7 @@ bool take_tuning(std::vector<std::string>& args, coll::store::Tuning* t) {
     else if (a == "--cma-min") t->cma_min = val();
     else if (a == "--ar-cma-min") t->allreduce_cma_min = val();
     else if (a == "--ag-cma-min") t->allgather_cma_min = val();
+    else if (a == "--ag-over-cma-min") t->allgather_over_cma_min = val();
     else if (a == "--bc-cma-min") t->bcast_cma_min = val();
     else if (a == "--bc-cma-mid" && i + 1 < args.size()) {  // MIN:MAX, the single-copy window (0:0 closes it)
       const std::string& v = args[++i];

@@ -392,6 +392,7 @@ TEST(StoreTuning, TinyHalvesAndRingsStillGiveExactResults) {
   t.cma_min = 1024;  // 5000 elements take the cross-memory-attach paths
   t.allreduce_cma_min = 1024;
   t.allgather_cma_min = 1024;
+  t.allgather_over_cma_min = 1024;
   t.bcast_cma_min = 1024;
   t.bcast_small_slots = 3;  // broadcast rings wrap many times
   t.bcast_slots = 3;

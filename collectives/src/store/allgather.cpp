@@ -24,7 +24,7 @@ Status StoreGroup::allgather(const void* send, void* recv, std::size_t count_per
   if (size_ == 1) return copy_mine(), Status::ok();
   sign(Coll::kAllgather, count_per_rank, dt, Op::kSum, -1);
   const std::size_t cma_min =
-      shm_->waiter().oversubscribed ? tun_.cma_min : std::min(tun_.cma_min, tun_.allgather_cma_min);
+      shm_->waiter().oversubscribed ? tun_.allgather_over_cma_min : tun_.allgather_cma_min;
   if (shm_->cma() && m >= cma_min) {
     // Single copy: the others read this rank's part where the caller gave
     // it (the send buffer, untouched by this call: reading lines another

@@ -36,10 +36,10 @@ struct Tuning {
   // calls, and every call of a group on one host, whose waits are many and
   // short, still yield.
   std::size_t across_sleep_min = 512 * 1024;
-  // From this size, allreduce and allgather read the peers' user
-  // buffers directly with process_vm_readv (single copy, three
-  // synchronisations per call) when every member can (checked at setup).
-  // Allreduce only on an oversubscribed host (below).
+  // From this size, allreduce on a host with more ranks than CPUs reads
+  // the peers' user buffers directly with process_vm_readv (single copy,
+  // three synchronisations per call) when every member can (checked at
+  // setup).  The thresholds below are single copy's elsewhere.
   std::size_t cma_min = 256 * 1024;
   // Allreduce on a host with a CPU for every rank reads single copy from
   // this size: by default never.  There the chunked rounds, whose pieces
@@ -51,9 +51,12 @@ struct Tuning {
   std::size_t allreduce_cma_min = SIZE_MAX;
   // Allgather reads the others' parts from their send buffers, lines no
   // core has just written: with a CPU for every rank single copy wins from
-  // 16 KiB here; oversubscribed, its three synchronisations cost more than
-  // they save below cma_min.
+  // 16 KiB here.
   std::size_t allgather_cma_min = 16 * 1024;
+  // Oversubscribed, by default never: the rounds through the slots
+  // measured 0.60-0.81 of raw MPI at 4 ranks on 2 CPUs, 256 KiB-4 MiB,
+  // against 0.79-1.32 single copy (benchmarks/README.md).
+  std::size_t allgather_over_cma_min = SIZE_MAX;
   bool cma = true;
   // Broadcast only: the rings beat single-copy reads through 4 MiB here
   // (benchmarks/README.md), so CMA is kept for larger messages.
