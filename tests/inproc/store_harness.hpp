@@ -159,7 +159,12 @@ class World {
   }
 
   // Runs body(rank, backend) on one thread per rank of a fresh group and
-  // joins them.  Factory failures are test failures.
+  // joins them.  Factory failures are test failures.  A test that bounds
+  // how long something takes starts its clock in body, after the group is
+  // made: libfabric's first fi_getinfo in a process takes 0.8-1.0 s here
+  // (it reads /proc/kallsyms twice), 1.9-2.3 s beside six CPU hogs, and
+  // once on the loaded CI machine a leader's call timed from before it
+  // read 4.25 s against a bound of 3 s.
   void run(const GroupSpec& g, const std::function<void(int, Backend&)>& body) { run(g, store::Tuning{}, body); }
   // The same with the store's knobs set (buffer bounds, ring sizes, ...).
   void run(const GroupSpec& g, const store::Tuning& t, const std::function<void(int, Backend&)>& body) {

@@ -361,14 +361,14 @@ void FabricTransport::progress() {
 template <class Ready>
 Status FabricTransport::wait_for(Ready ready, int peer, const Wait& w, const char* what) {
   const auto start = Clock::now();
-  auto next_check = start + std::chrono::milliseconds(1);  // most waits end sooner
+  auto next_check = start + kPeerCheck;
   for (;;) {
     if (closed_) return remote_error("group '" + group_ + "': " + w.op + ": the libfabric endpoint is closed (the group failed)");
     progress();
     if (ready()) return Status::ok();
     const auto now = Clock::now();
     if (now >= next_check) {
-      next_check = now + std::chrono::milliseconds(1);
+      next_check = now + kPeerCheck;
       if (peer >= 0) {
         if (peers_ != nullptr)
           if (auto f = peers_->failure(members_[static_cast<std::size_t>(peer)].job_rank)) {
@@ -643,7 +643,7 @@ void FabricTransport::unborrow() {
   Wait w;
   w.op = "unborrow";
   w.deadline = Clock::now() + std::chrono::seconds(1);
-  const bool returned = wait_for([&] { return !borrowed_left(); }, -1, w, "borrowed sends").is_ok();
+  (void)wait_for([&] { return !borrowed_left(); }, -1, w, "borrowed sends");
   w.deadline = Clock::now() + std::chrono::milliseconds(500);
   (void)wait_for(
       [&] {
@@ -654,8 +654,9 @@ void FabricTransport::unborrow() {
         return true;
       },
       -1, w, "queued sends");
-  // A dead peer's transfers never finish: only closing takes them back.
-  bool stuck = !returned || close_pending_;
+  // A dead peer's transfers never finish, nor a live one's that outlasted
+  // the second: only closing takes them back.
+  bool stuck = close_pending_;
   for (const Op& o : ops_) stuck = stuck || (o.is_send && o.borrowed && o.posted && !o.done);
   if (stuck) close_all();
 }

@@ -43,8 +43,8 @@ struct Tuning {
   std::size_t cma_min = 256 * 1024;
   // Allreduce on a host with a CPU for every rank reads single copy from
   // this size: by default never.  There the chunked rounds, whose pieces
-  // stay in the cache while both cores work on them, measured 0.74-0.99 of
-  // raw MPI at 2 ranks, 256 KiB-64 MiB, against 0.84-1.54 single copy
+  // stay in the cache while both cores work on them, measured 0.72-0.99 of
+  // raw MPI at 2 ranks, 256 KiB-16 MiB, against 1.04-1.59 single copy
   // (benchmarks/README.md); oversubscribed, single copy's three
   // synchronisations win (4 ranks on 2 CPUs, 1-4 MiB: 0.88-1.05 against
   // 1.14-1.37).

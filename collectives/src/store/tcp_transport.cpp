@@ -622,13 +622,12 @@ Status TcpTransport::flush(const Wait& w) {
 template <class Ready>
 Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* what, bool watch_all) {
   const auto start = Clock::now();
-  // The first look at the peers after a millisecond: most waits end sooner.
-  auto next_check = start + std::chrono::milliseconds(1), next_left_look = start;
+  auto next_check = start + kPeerCheck, next_left_look = start;
   for (;;) {
     if (ready()) return Status::ok();
     const auto now = Clock::now();
     if (now >= next_check) {
-      next_check = now + std::chrono::milliseconds(1);
+      next_check = now + kPeerCheck;
       if (peer >= 0) {
         if (peers_ != nullptr) {
           for (std::size_t q = 0; q < members_.size(); ++q) {

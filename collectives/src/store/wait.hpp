@@ -30,6 +30,11 @@
 
 namespace accrun::collectives::store {
 
+// How often a wait asks whether the peers it waits for have failed, and
+// when first: most waits end sooner, and a look can cost a system call per
+// peer (kill(pid, 0)).  Every transport's wait keeps to it.
+inline constexpr std::chrono::milliseconds kPeerCheck{1};
+
 // Whether this member's waits should give its CPU away at once instead of
 // spinning first: the launcher said its host has more ranks than slots
 // (ACCRUN_OVERSUBSCRIBED), or more of the group's members share its host
@@ -126,7 +131,7 @@ struct Waiter {
         if (Clock::now() >= spin_end) break;
       }
     }
-    auto next_check = start + std::chrono::milliseconds(1);
+    auto next_check = start + kPeerCheck;
     for (;;) {
       if (ready()) return Status::ok();
       const auto now = Clock::now();
@@ -134,7 +139,7 @@ struct Waiter {
         Status s = check();
         if (!s) return ready() ? Status::ok() : s;
         if (now >= deadline) return ready() ? Status::ok() : timed_out();
-        next_check = now + std::chrono::milliseconds(1);
+        next_check = now + kPeerCheck;
       }
       const auto waited = now - start;
       if (sleep) {
