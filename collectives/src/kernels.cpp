@@ -12,20 +12,6 @@
 
 namespace accrun::collectives {
 
-std::size_t dtype_size(DType dt) {
-  switch (dt) {
-    case DType::kInt8:
-    case DType::kUInt8: return 1;
-    case DType::kFloat16:
-    case DType::kBFloat16: return 2;
-    case DType::kInt32:
-    case DType::kFloat32: return 4;
-    case DType::kInt64:
-    case DType::kFloat64: return 8;
-  }
-  return 0;
-}
-
 const char* dtype_name(DType dt) {
   switch (dt) {
     case DType::kInt8: return "int8";

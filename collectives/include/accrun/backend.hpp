@@ -20,7 +20,20 @@ enum class DType { kInt8, kUInt8, kInt32, kInt64, kFloat16, kBFloat16, kFloat32,
 enum class Op { kSum, kProd, kMin, kMax };
 enum class BackendKind { kStore, kMpi, kNccl };
 
-std::size_t dtype_size(DType dt);
+// (Inline: every call of every backend asks it, a few-byte call several times.)
+inline std::size_t dtype_size(DType dt) {
+  switch (dt) {
+    case DType::kInt8:
+    case DType::kUInt8: return 1;
+    case DType::kFloat16:
+    case DType::kBFloat16: return 2;
+    case DType::kInt32:
+    case DType::kFloat32: return 4;
+    case DType::kInt64:
+    case DType::kFloat64: return 8;
+  }
+  return 0;
+}
 const char* dtype_name(DType dt);
 const char* op_name(Op op);
 const char* backend_name(BackendKind kind);

@@ -23,11 +23,17 @@ namespace accrun::collectives::store {
 
 Status StoreGroup::broadcast(void* buf, std::size_t count, DType dt, int root, void* stream) {
   ACCRUN_RETURN_IF_ERROR(enter("broadcast", stream));
-  return broadcast_part(buf, count, dt, root, count);
+  return broadcast_entered(buf, count, dt, root, count);
 }
 
 Status StoreGroup::broadcast_part(void* buf, std::size_t count, DType dt, int root, std::size_t whole) {
   ACCRUN_RETURN_IF_ERROR(enter("broadcast", nullptr));
+  return broadcast_entered(buf, count, dt, root, whole);
+}
+
+// (A two-rank broadcast of a few bytes is bound by the root's own time
+// per call: its path below keeps to one division-free pass.)
+Status StoreGroup::broadcast_entered(void* buf, std::size_t count, DType dt, int root, std::size_t whole) {
   ACCRUN_RETURN_IF_ERROR(check_rank(root, "root"));
   const std::size_t ds = dtype_size(dt);
   ACCRUN_RETURN_IF_ERROR(check_buffers(buf, buf, count, ds));
@@ -60,15 +66,17 @@ Status StoreGroup::broadcast_part(void* buf, std::size_t count, DType dt, int ro
   const int which = bytes <= shm_->bring(0).data ? 0 : 1;
   const BRingGeom& r = shm_->bring(which);
   BRingState& st = bring_[which];
-  const std::size_t chunk = std::max<std::size_t>(1, r.data / ds) * ds;
+  const std::size_t chunk = bytes <= r.data ? bytes : std::max<std::size_t>(1, r.data / ds) * ds;
   std::atomic<std::uint64_t>& done = shm_->ctrl(rank_).bc_done[which];
   for (std::size_t off = 0; off < bytes; off += chunk) {
     const std::size_t n = std::min(chunk, bytes - off);
     const std::uint64_t t = st.step++;
-    BSlot* s = shm_->bslot(which, t);
+    BSlot* s = shm_->bslot(which, st.slot);
+    if (++st.slot == r.slots) st.slot = 0;
     char* d = n <= kBoxBytes ? s->inline_data : reinterpret_cast<char*>(s) + sizeof(BSlot);
     if (rank_ == root) {
-      if (t >= r.slots) ACCRUN_RETURN_IF_ERROR(guard(wait_bc_done(which, t - r.slots + 1)));
+      if (t >= r.slots && st.known_min < t - r.slots + 1)
+        ACCRUN_RETURN_IF_ERROR(guard(wait_bc_done(which, t - r.slots + 1)));
       // A rank that also believes itself the root may stamp the same chunk:
       // the first stamp wins, the other rank fails naming both calls.
       auto two_roots = [&] {

@@ -99,6 +99,8 @@ class StoreGroup final : public Backend {
   // `whole` (a hierarchical broadcast's chunk): members that disagree on
   // the whole fail at the first part, naming both calls.
   Status broadcast_part(void* buf, std::size_t count, DType dt, int root, std::size_t whole);
+  // Both's work once the call is entered.
+  Status broadcast_entered(void* buf, std::size_t count, DType dt, int root, std::size_t whole);
   // A broadcast whose root gets its data in pieces while the others read
   // it (a hierarchical broadcast: the host's leader receives it from
   // another host), by cross-memory attach.  The root posts its buffer's
@@ -213,6 +215,7 @@ class StoreGroup final : public Backend {
   // The broadcast rings: 0 for messages up to bcast_small_max, 1 chunked.
   struct BRingState {
     std::uint64_t step = 0;       // chunks through this ring so far (the same on every rank)
+    std::size_t slot = 0;         // step modulo the ring's slots (no division per chunk)
     std::uint64_t known_min = 0;  // every rank's bc_done for it is known to be at least this
   };
   BRingState bring_[2];

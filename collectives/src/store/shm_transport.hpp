@@ -161,9 +161,10 @@ class ShmTransport final : public Transport {
   }
   Box& box(int q, int h) const { return ctrl(q).box[h]; }
   const BRingGeom& bring(int which) const { return bring_[which]; }
-  BSlot* bslot(int which, std::uint64_t t) const {
+  // Slot i (a chunk number modulo the ring's slots) of ring `which`.
+  BSlot* bslot(int which, std::size_t i) const {
     const BRingGeom& r = bring_[which];
-    return reinterpret_cast<BSlot*>(base() + r.off + static_cast<std::size_t>(t % r.slots) * r.stride);
+    return reinterpret_cast<BSlot*>(base() + r.off + i * r.stride);
   }
   // Copies len bytes at addr in group rank q's process into dst.
   Status cma_read(int q, char* dst, std::uint64_t addr, std::size_t len, const char* op) const;
