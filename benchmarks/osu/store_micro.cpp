@@ -8,7 +8,7 @@
 //                                           one launch with mpirun's binding
 // The first argument after the options names the benchmark (allreduce, bcast,
 // allgather, reduce_scatter, barrier, latency, bw).  Tuning knobs for sweeps:
-// --half B --small-max B --ar-chunk B --bc-chunk B --ag-chunk B --spin-ns NS
+// --half B --small-max B --small-extra-max B --ar-chunk B --bc-chunk B --ag-chunk B --spin-ns NS
 // --cma-min B --ar-cma-min B --ag-cma-min B --ag-over-cma-min B --bc-cma-min B
 // --bc-cma-mid MIN:MAX.
 #include <fcntl.h>
@@ -74,6 +74,7 @@ bool take_tuning(std::vector<std::string>& args, coll::store::Tuning* t) {
     auto val = [&]() { return i + 1 < args.size() ? std::strtoull(args[++i].c_str(), nullptr, 10) : 0ull; };
     if (a == "--half") t->half_bytes = val();
     else if (a == "--small-max") t->allreduce_small_max = val();
+    else if (a == "--small-extra-max") t->allreduce_small_extra_max = val();
     else if (a == "--ar-chunk") t->allreduce_chunk = val();
     else if (a == "--bc-chunk") t->bcast_chunk = val();
     else if (a == "--ag-chunk") t->allgather_chunk = val();

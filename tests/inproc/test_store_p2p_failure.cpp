@@ -447,5 +447,65 @@ TEST(StoreTuning, TinyHalvesAndRingsStillGiveExactResults) {
   EXPECT_TRUE(w.dir.entries().empty());
 }
 
+// Which allreduce path a message takes on a host: the one round while it
+// is at most allreduce_small_max, except where three or more ranks with a
+// CPU each would read too much just-written memory of the others.
+TEST(StoreTuning, OneRoundAllreduceNarrowsWithMoreRanksOnCoresOfTheirOwn) {
+  const store::Tuning t;
+  ASSERT_EQ(t.allreduce_small_max, 16u * 1024);
+  ASSERT_EQ(t.allreduce_small_extra_max, 2048u);
+  EXPECT_TRUE(store::allreduce_in_one_round(t, 16 * 1024, 2, false));
+  EXPECT_FALSE(store::allreduce_in_one_round(t, 16 * 1024 + 1, 2, false));
+  EXPECT_TRUE(store::allreduce_in_one_round(t, 16 * 1024, 4, true)) << "oversubscribed: one round saves rounds of waits";
+  EXPECT_TRUE(store::allreduce_in_one_round(t, 1024, 4, false));   // 3*2/4 * 1024 = 1536
+  EXPECT_FALSE(store::allreduce_in_one_round(t, 2048, 4, false));  // 3072
+  EXPECT_TRUE(store::allreduce_in_one_round(t, 256, 8, false));    // 7*6/8 * 256 = 1344
+  EXPECT_FALSE(store::allreduce_in_one_round(t, 512, 8, false));   // 2688
+  EXPECT_TRUE(store::allreduce_in_one_round(t, 3072, 3, false));   // 2*1/3 * 3072 = 2048
+  EXPECT_FALSE(store::allreduce_in_one_round(t, 4096, 3, false));
+  store::Tuning never = t;
+  never.allreduce_small_extra_max = SIZE_MAX / (1u << 20);
+  EXPECT_TRUE(store::allreduce_in_one_round(never, 16 * 1024, 64, false));
+}
+
+// Single-copy broadcast in the middle window only with one reader.
+TEST(StoreTuning, MidSizedSingleCopyBroadcastOnlyWithOneReader) {
+  const store::Tuning t;
+  EXPECT_TRUE(store::broadcast_single_copy(t, 256 * 1024, 2));
+  EXPECT_FALSE(store::broadcast_single_copy(t, 256 * 1024, 3));
+  EXPECT_FALSE(store::broadcast_single_copy(t, 256 * 1024, 8));
+  EXPECT_FALSE(store::broadcast_single_copy(t, 64 * 1024, 2));
+  EXPECT_FALSE(store::broadcast_single_copy(t, 1024 * 1024, 2));
+  EXPECT_TRUE(store::broadcast_single_copy(t, 16u << 20, 8));
+}
+
+// The chunked rounds, forced at every size, with fewer elements than ranks
+// (some ranks reduce an empty slice) and counts that do not divide.
+TEST(StoreTuning, ChunkedAllreduceOfFewerElementsThanRanksIsExact) {
+  World w;
+  store::Tuning t;
+  t.allreduce_small_max = 0;
+  MemRendezvous rv;
+  const GroupSpec g = spec("chunked-few", 5);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 5; ++r) {
+    threads.emplace_back([&, r] {
+      auto b = store::make_store_backend_tuned(w.context(g, r, &rv), t);
+      ASSERT_TRUE(b.is_ok()) << b.status().message();
+      for (std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{4}, std::size_t{7}, std::size_t{301}}) {
+        std::vector<std::int32_t> in(n), out(n, -1), want(n);
+        for (std::size_t i = 0; i < n; ++i) in[i] = static_cast<std::int32_t>(i * 10 + r);
+        for (std::size_t i = 0; i < n; ++i) want[i] = static_cast<std::int32_t>(i * 10 * 5 + 10);
+        ASSERT_TRUE((*b)->allreduce(in.data(), out.data(), n, DType::kInt32, Op::kSum, nullptr).is_ok());
+        ASSERT_EQ(out, want) << "rank " << r << " n " << n;
+        std::vector<std::int32_t> mx(n, -1);
+        ASSERT_TRUE((*b)->allreduce(in.data(), mx.data(), n, DType::kInt32, Op::kMax, nullptr).is_ok());
+        for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(mx[i], static_cast<std::int32_t>(i * 10 + 4)) << "rank " << r;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+}
+
 }  // namespace
 }  // namespace accrun::collectives::testing

@@ -1,8 +1,7 @@
 // Broadcast over the shared-memory transport.
 //
 // Below bcast_cma_min (all, without CMA), apart from the single-copy window
-// [bcast_cma_mid_min, bcast_cma_mid_max) on a host with a CPU per rank
-// (or in a group of two),
+// [bcast_cma_mid_min, bcast_cma_mid_max) in a group of two on the host,
 // chunks stream through one of two
 // group-wide rings: messages up to bcast_small_max use a deep ring of small
 // slots, larger ones go chunk by chunk through a ring of bcast_chunk slots.
@@ -41,12 +40,7 @@ Status StoreGroup::broadcast_entered(void* buf, std::size_t count, DType dt, int
   sign_broadcast(whole, dt, root);
   char* data = static_cast<char*>(buf);
   const std::size_t total = count * ds;
-  // On an oversubscribed host the root would wait for every reader to get
-  // a CPU; with one reader that is no longer than the rings' copy through
-  // the segment takes.
-  const bool mid = (!shm_->waiter().oversubscribed || size_ == 2) && total >= tun_.bcast_cma_mid_min &&
-                   total < tun_.bcast_cma_mid_max;
-  if (shm_->cma() && (total >= tun_.bcast_cma_min || mid)) {
+  if (shm_->cma() && broadcast_single_copy(tun_, total, size_)) {
     // Single copy: every other rank reads the root's buffer directly; the
     // root returns once all have read it.
     const int h = begin_round();

@@ -53,7 +53,7 @@ Status StoreGroup::reduce_to(const char* in, char* out, std::size_t count, DType
     end_round();
     return Status::ok();
   }
-  if (bytes <= std::min(tun_.allreduce_small_max, shm_->half())) {
+  if (bytes <= shm_->half() && allreduce_in_one_round(tun_, bytes, size_, shm_->waiter().oversubscribed)) {
     // One round: every rank copies in, then reduces every slot.
     const int h = begin_round();
     if (!ok_) return broken_;

@@ -15,6 +15,14 @@ namespace accrun::collectives::store {
 struct Tuning {
   std::size_t half_bytes = 256 * 1024;         // each rank's slot is two halves (double buffering)
   std::size_t allreduce_small_max = 16 * 1024; // up to this, every rank reduces every slot
+  // With a CPU for every rank, a group of three or more on the host keeps
+  // that one round only while the bytes each rank reads from the others'
+  // slots beyond what the chunked rounds read, (size-1)(size-2)/size of
+  // the message, stay within this: every line read was just written on
+  // another core.  On 16 cores (store_micro, benchmarks/README.md) the
+  // rounds won from 2 KiB at 4 and 8 ranks (4 ranks 2 KiB: 3.0 µs against
+  // 4.5; 8 ranks 16 KiB: 13.6 against 47.9).
+  std::size_t allreduce_small_extra_max = 2048;
   std::size_t allreduce_chunk = 64 * 1024;     // above it: reduce-scatter + allgather per chunk
   // Broadcasts below bcast_cma_min (all, without CMA) stream through
   // group-wide rings: up to bcast_small_max bytes a ring of bcast_small_slots
@@ -61,9 +69,11 @@ struct Tuning {
   // Broadcast only: the rings beat single-copy reads through 4 MiB here
   // (benchmarks/README.md), so CMA is kept for larger messages.
   std::size_t bcast_cma_min = 16u << 20;
-  // With a CPU for every rank single copy also wins in between (2 ranks:
-  // 128 KiB-512 KiB 30% faster than the rings); from 1 MiB the rings, whose
-  // root runs ahead of its readers, are faster again.
+  // With one reader (two ranks) single copy also wins in between (128
+  // KiB-512 KiB 30% faster than the rings); from 1 MiB the rings, whose
+  // root runs ahead of its readers, are faster again.  Several readers of
+  // the root's one buffer are slower than the rings there: on 16 cores
+  // 2.1x the rings' time at 3 ranks, 2.2-2.7x at 4, 4.5x at 8.
   std::size_t bcast_cma_mid_min = 128 * 1024;
   std::size_t bcast_cma_mid_max = 1024 * 1024;  // exclusive
   // Send/recv: the bytes a sender keeps buffered in side files towards one
@@ -71,6 +81,21 @@ struct Tuning {
   // larger message goes alone).  accrun_send(3).
   std::size_t pair_buffer_max = 64u << 20;
 };
+
+// Whether an allreduce (or reduce) of `bytes` on a host's `members` ranks
+// takes the one round in which every rank reduces every slot.
+inline bool allreduce_in_one_round(const Tuning& t, std::size_t bytes, int members, bool oversubscribed) {
+  if (bytes > t.allreduce_small_max) return false;
+  if (oversubscribed || members <= 2) return true;
+  const auto m = static_cast<std::size_t>(members);
+  return bytes * (m - 1) * (m - 2) / m <= t.allreduce_small_extra_max;
+}
+
+// Whether a broadcast of `bytes` on a host's `members` ranks reads the
+// root's buffer single copy (given that every member can).
+inline bool broadcast_single_copy(const Tuning& t, std::size_t bytes, int members) {
+  return bytes >= t.bcast_cma_min || (members == 2 && bytes >= t.bcast_cma_mid_min && bytes < t.bcast_cma_mid_max);
+}
 
 Result<std::unique_ptr<Backend>> make_store_backend_tuned(const GroupContext& ctx, const Tuning& tuning);
 
