@@ -9,7 +9,7 @@
 // The first argument after the options names the benchmark (allreduce, bcast,
 // allgather, reduce_scatter, barrier, latency, bw).  Tuning knobs for sweeps:
 // --half B --small-max B --small-extra-max B --ar-chunk B --bc-chunk B --ag-chunk B --spin-ns NS
-// --cma-min B --ar-cma-min B --ag-cma-min B --ag-over-cma-min B --bc-cma-min B
+// --ar-over-cma-min B --ar-cma-min B --ag-cma-min B --ag-over-cma-min B --bc-cma-min B
 // --bc-cma-mid MIN:MAX.
 #include <fcntl.h>
 #include <sched.h>
@@ -79,7 +79,7 @@ bool take_tuning(std::vector<std::string>& args, coll::store::Tuning* t) {
     else if (a == "--bc-chunk") t->bcast_chunk = val();
     else if (a == "--ag-chunk") t->allgather_chunk = val();
     else if (a == "--spin-ns") t->spin_ns = static_cast<int>(val());
-    else if (a == "--cma-min") t->cma_min = val();
+    else if (a == "--ar-over-cma-min") t->allreduce_over_cma_min = val();
     else if (a == "--ar-cma-min") t->allreduce_cma_min = val();
     else if (a == "--ag-cma-min") t->allgather_cma_min = val();
     else if (a == "--ag-over-cma-min") t->allgather_over_cma_min = val();

@@ -389,7 +389,7 @@ TEST(StoreTuning, TinyHalvesAndRingsStillGiveExactResults) {
   t.bcast_chunk = 512;
   t.allgather_chunk = 768;
   t.ring_bytes = 4096;
-  t.cma_min = 1024;  // 5000 elements take the cross-memory-attach paths
+  t.allreduce_over_cma_min = 1024;  // 5000 elements take the cross-memory-attach paths
   t.allreduce_cma_min = 1024;
   t.allgather_cma_min = 1024;
   t.allgather_over_cma_min = 1024;

@@ -176,7 +176,9 @@ class StoreGroup final : public Backend {
   Status wait_all(std::uint64_t v);
   Status wait_one(int q, std::uint64_t v);
   Status wait_box(int q, int h, std::uint64_t v);
-  Status wait_bc_done(int which, std::uint64_t v);  // every rank finished broadcast chunk v - 1
+  // Every rank finished broadcast chunk v - 1; called only where
+  // bring_[which].known_min < v.
+  Status wait_bc_done(int which, std::uint64_t v);
   // A broadcast's steps (broadcast.cpp): its signature with the group's
   // count of broadcasts, entered; the root's post of it (bcast_sig, posted);
   // in a single-copy round, the root's box of `len` bytes (its buffer's

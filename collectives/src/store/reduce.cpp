@@ -70,7 +70,8 @@ Status StoreGroup::reduce_to(const char* in, char* out, std::size_t count, DType
     end_round();
     return Status::ok();
   }
-  const std::size_t cma_min = shm_->waiter().oversubscribed ? tun_.cma_min : tun_.allreduce_cma_min;
+  const std::size_t cma_min =
+      shm_->waiter().oversubscribed ? tun_.allreduce_over_cma_min : tun_.allreduce_cma_min;
   if (root < 0 && shm_->cma() && bytes >= cma_min) return allreduce_cma(in, out, count, dt, op);
   // Reduce-scatter + allgather per chunk: each rank reduces one slice of the
   // chunk (its own data first, then the others in rank order) into its own

@@ -47,8 +47,8 @@ struct Tuning {
   // From this size, allreduce on a host with more ranks than CPUs reads
   // the peers' user buffers directly with process_vm_readv (single copy,
   // three synchronisations per call) when every member can (checked at
-  // setup).  The thresholds below are single copy's elsewhere.
-  std::size_t cma_min = 256 * 1024;
+  // setup).
+  std::size_t allreduce_over_cma_min = 256 * 1024;
   // Allreduce on a host with a CPU for every rank reads single copy from
   // this size: by default never.  There the chunked rounds, whose pieces
   // stay in the cache while both cores work on them, measured 0.72-0.99 of

@@ -109,11 +109,10 @@ struct Waiter {
 
   // Polls ready(): a bounded spin first (a wake-up costs tens of µs, a
   // small message far less), then yields, then sleeps in growing steps.
-  // After a millisecond, and then every millisecond or so, it asks check()
-  // whether a peer it waits for has failed (a non-ok Status ends the wait),
-  // and past the deadline returns timed_out().  Not at once: most waits end
-  // sooner, and a check costs a system call per peer (kill(pid, 0)), which
-  // on an oversubscribed host came to several per broadcast.  A failure is
+  // Every kPeerCheck, from kPeerCheck on, it asks check() whether a peer it
+  // waits for has failed (a non-ok Status ends the wait), and past the
+  // deadline returns timed_out().  (On an oversubscribed host checks at
+  // once came to several system calls per broadcast.)  A failure is
   // the wait's only when ready() is still false after check() saw it: a
   // peer may put what this member waits for in place and exit (a
   // broadcast's root runs ahead of its readers) between the last ready()
