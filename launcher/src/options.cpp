@@ -535,6 +535,32 @@ Status check_environment(char** envp) {
   return Status();
 }
 
+std::string forward_open_mpi_settings(Options& o, char** envp) {
+  // What a launcher sets in each process it starts: PMIx's and PMI's
+  // identity and server (Open MPI 4 and 5, PRRTE, Slurm's PMIx and PMI-2,
+  // Hydra, accrun itself) and Open MPI's own world.
+  static constexpr std::string_view kJobMarks[] = {"PMIX_RANK",  "PMIX_NAMESPACE", "PMIX_SERVER_URI",
+                                                   "PMI_RANK",   "PMI_FD",         "PMI_PORT",
+                                                   "PMI_ID",     "OMPI_COMM_WORLD_SIZE", "OMPI_MCA_orte_hnp_uri",
+                                                   "OMPI_MCA_ess"};
+  std::vector<std::pair<std::string, std::string>> settings;
+  for (char** e = envp; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    const std::string_view name = entry.substr(0, eq);
+    for (std::string_view mark : kJobMarks)
+      if (name.substr(0, mark.size()) == mark) return std::string(name);
+    if (name.size() > 9 && name.substr(0, 9) == "OMPI_MCA_" && valid_variable_name(name))
+      settings.emplace_back(std::string(name), std::string(entry.substr(eq + 1)));
+  }
+  for (auto& [name, value] : settings) {
+    const bool named = std::any_of(o.exports.begin(), o.exports.end(), [&](const auto& x) { return x.first == name; });
+    if (!named) o.exports.emplace_back(std::move(name), std::move(value));
+  }
+  return "";
+}
+
 Result<Options> parse_options(int argc, const char* const* argv) {
   const po::options_description d = make_description();
   std::vector<std::string> words;

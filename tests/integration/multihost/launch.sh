@@ -19,13 +19,14 @@ mpi_spawn=$7
 hosts=$ACCRUN_TESTBED_HOSTFILE
 agent="ssh -F $ACCRUN_TESTBED_SSH_CONFIG"
 
-# 1. Rank environment and tags.
-out=$("$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" --tag-output \
-  sh -c 'echo "$(hostname) $ACCRUN_RANK/$ACCRUN_SIZE local $ACCRUN_LOCAL_RANK/$ACCRUN_LOCAL_SIZE node $ACCRUN_NODE_RANK $MASTER_ADDR:$MASTER_PORT"' 2>&1)
-check "exit 0 and 8 tagged lines" "^\[h1:0\] h1 0/8 local 0/2 node 0 h1:[0-9]+$" "$out"
+# 1. Rank environment and tags; Open MPI's settings in accrun's
+# environment reach every host's ranks, as under mpirun.
+out=$(OMPI_MCA_accrun_probe="a b" "$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" --tag-output \
+  sh -c 'echo "$(hostname) $ACCRUN_RANK/$ACCRUN_SIZE local $ACCRUN_LOCAL_RANK/$ACCRUN_LOCAL_SIZE node $ACCRUN_NODE_RANK $MASTER_ADDR:$MASTER_PORT mca=${OMPI_MCA_accrun_probe-unset}"' 2>&1)
+check "exit 0 and 8 tagged lines" "^\[h1:0\] h1 0/8 local 0/2 node 0 h1:[0-9]+ mca=a b$" "$out"
 for r in 0 1 2 3 4 5 6 7; do
   h=h$((r / 2 + 1))
-  check "rank $r on $h" "^\[$h:$r\] $h $r/8 local $((r % 2))/2 node $((r / 2)) h1:[1-9][0-9]*$" "$out"
+  check "rank $r on $h" "^\[$h:$r\] $h $r/8 local $((r % 2))/2 node $((r / 2)) h1:[1-9][0-9]* mca=a b$" "$out"
 done
 
 # 2. Open MPI by direct launch across 4 hosts x 2.
