@@ -34,6 +34,7 @@
 #include "accrun/backend.hpp"
 #include "accrun/log.hpp"
 #include "accrun/strings.hpp"
+#include "call_lock.hpp"
 #include "config.hpp"
 #include "directory.hpp"
 #include "fork_guard.hpp"
@@ -63,28 +64,6 @@ struct CudaPointerAttributes {
 using CudaPointerGetAttributesFn = int (*)(CudaPointerAttributes*, const void*);
 using CudaGetLastErrorFn = int (*)();
 
-// A mutex of one word: one compare-and-swap to take and one exchange to
-// release when nobody waits; waiters sleep in atomic::wait (a futex).
-class CallLock {
- public:
-  void lock() noexcept {
-    int seen = kFree;
-    if (state_.compare_exchange_strong(seen, kHeld, std::memory_order_acquire)) return;
-    if (seen != kContended) seen = state_.exchange(kContended, std::memory_order_acquire);
-    while (seen != kFree) {
-      state_.wait(kContended, std::memory_order_relaxed);
-      seen = state_.exchange(kContended, std::memory_order_acquire);
-    }
-  }
-  void unlock() noexcept {
-    if (state_.exchange(kFree, std::memory_order_release) == kContended) state_.notify_one();
-  }
-
- private:
-  static constexpr int kFree = 0, kHeld = 1, kContended = 2;
-  std::atomic<int> state_{kFree};
-};
-
 }  // namespace
 
 // A group handle.  A handle is never freed while the process runs: destroying
@@ -92,11 +71,12 @@ class CallLock {
 // shell, so a call on a destroyed group, even after accrun_finalize, reads a
 // valid handle and fails cleanly.  The magic number catches most pointers that
 // never were a handle.  A data call takes only the handle's call lock, which
-// keeps the C layer's cost per call small.
+// keeps the C layer's cost per call small: from the thread that made the
+// handle, without a locked instruction (call_lock.hpp).
 struct accrun_group_s {
   static constexpr std::uint64_t kMagic = 0x61636372756e6770ull;  // "accrungp"
   std::uint64_t magic = kMagic;
-  CallLock lock;  // serialises the calls on the group, its destruction and accrun_finalize's
+  rt::CallLock lock;  // serialises the calls on the group, its destruction and accrun_finalize's
   // Guarded by `lock`:
   std::shared_ptr<rt::Group> group;  // null once destroyed
   bool finalized = false;            // destroyed by accrun_finalize rather than accrun_group_destroy
