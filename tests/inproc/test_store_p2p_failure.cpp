@@ -395,6 +395,7 @@ TEST(StoreTuning, TinyHalvesAndRingsStillGiveExactResults) {
   t.allgather_over_cma_min = 1024;
   t.bcast_cma_min = 1024;
   t.bcast_small_slots = 3;  // broadcast rings wrap many times
+  t.bcast_tiny_slots = 2;
   t.bcast_slots = 3;
   for (bool cma : {false, true}) {
   t.cma = cma;
@@ -505,6 +506,46 @@ TEST(StoreTuning, ChunkedAllreduceOfFewerElementsThanRanksIsExact) {
     });
   }
   for (auto& th : threads) th.join();
+}
+
+// Broadcasts of up to 8 bytes go through the tiny ring, two slots to a
+// line, 9 bytes and up through the small one: sizes on both sides of the
+// edge, every root, a ring of 3 slots that wraps every few calls and
+// 2-slot lines shared by consecutive calls, with other collectives between.
+TEST(StoreTuning, TinyRingBroadcastsAcrossItsEdgeAreExact) {
+  for (int members : {2, 3}) {
+    World w;
+    store::Tuning t;
+    t.bcast_tiny_slots = 3;
+    t.bcast_small_slots = 2;
+    MemRendezvous rv;
+    const GroupSpec g = spec("tiny-ring" + std::to_string(members), members);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < members; ++r) {
+      threads.emplace_back([&, r] {
+        auto b = store::make_store_backend_tuned(w.context(g, r, &rv), t);
+        ASSERT_TRUE(b.is_ok()) << b.status().message();
+        for (int call = 0; call < 400; ++call) {
+          const std::size_t n = 1 + static_cast<std::size_t>(call % 10);  // 1..10 bytes
+          const int root = (call / 10) % members;
+          std::vector<std::uint8_t> v(n), want(n);
+          for (std::size_t i = 0; i < n; ++i) {
+            want[i] = static_cast<std::uint8_t>(call * 7 + i);
+            v[i] = r == root ? want[i] : 0xee;
+          }
+          ASSERT_TRUE((*b)->broadcast(v.data(), n, DType::kUInt8, root, nullptr).is_ok()) << "call " << call;
+          ASSERT_EQ(v, want) << "rank " << r << " call " << call;
+          if (call % 37 == 0) {
+            std::int64_t x = r, sum = -1;
+            ASSERT_TRUE((*b)->allreduce(&x, &sum, 1, DType::kInt64, Op::kSum, nullptr).is_ok());
+            ASSERT_EQ(sum, members * (members - 1) / 2);
+          }
+        }
+        EXPECT_TRUE((*b)->barrier().is_ok());
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
 }
 
 }  // namespace

@@ -188,9 +188,11 @@ Status StoreGroup::barrier() {
   // (or one that gave up and left) would let the barrier pass.  The mark
   // carries the member's count of broadcasts (those through the rings take
   // no step of the counters), so one that skipped or added a broadcast
-  // fails here too.
-  constexpr std::uint64_t kSteps = (std::uint64_t{1} << kCallShift) - 1;
-  const std::uint64_t calls = (bcast_calls_ & 0xffff) << kCallShift;
+  // fails here too, and its roots' fingerprint, so one that named another
+  // root for a broadcast does.
+  constexpr std::uint64_t kSteps = (std::uint64_t{1} << 40) - 1;
+  constexpr std::uint64_t kRoots = std::uint64_t{0xff} << 40;
+  const std::uint64_t calls = (bcast_calls_ & 0xffff) << kCallShift | std::uint64_t{bcast_roots_} << 40;
   shm_->ctrl(rank_).barrier_seq.store(calls | ((seq_ + 1) & kSteps), std::memory_order_relaxed);
   const std::uint64_t v = publish();
   ACCRUN_RETURN_IF_ERROR(guard(wait_all(v)));
@@ -201,6 +203,7 @@ Status StoreGroup::barrier() {
     if ((mark & kSteps) > (v & kSteps)) continue;
     if ((mark & kSteps) == (v & kSteps)) {
       if ((mark & ~kSteps) == calls) continue;
+      if ((mark & ~kSteps & ~kRoots) == (calls & ~kRoots)) return roots_differ(q);
       return out_of_order("barrier after " + std::to_string(bcast_calls_ & 0xffff) + " broadcasts on the group",
                           shm_->describe(q) + " after " + std::to_string(mark >> kCallShift));
     }

@@ -112,7 +112,8 @@ void StoreGroup::sign(Coll c, std::size_t count, DType dt, Op op, int root) {
   sig_[0] = count | (c == Coll::kBroadcast ? 0 : (bcast_calls_ & 0xffff) << kCallShift);
   if (outer_root_ != kNoOuterRoot) root = outer_root_;
   sig_[1] = (static_cast<std::uint64_t>(c) << 56) | (static_cast<std::uint64_t>(dt) << 48) |
-            (static_cast<std::uint64_t>(op) << 40) | static_cast<std::uint32_t>(root + 1);
+            (static_cast<std::uint64_t>(op) << 40) | (static_cast<std::uint64_t>(bcast_roots_) << kRootsShift) |
+            static_cast<std::uint32_t>(root + 1);
 }
 
 std::string StoreGroup::describe_sig(const std::uint64_t* sig, bool with_calls) {
@@ -137,12 +138,23 @@ Status StoreGroup::check_sig(int q, const std::uint64_t* theirs) {
   if (theirs[0] == sig_[0] && theirs[1] == sig_[1]) return Status::ok();
   const std::uint64_t t[2] = {theirs[0], theirs[1]};  // a copy: the peer may move on
   const std::uint64_t calls = ~((std::uint64_t{1} << kCallShift) - 1);
-  // Only the broadcasts made before differ: the calls' order.
-  if (t[1] == sig_[1] && (t[0] & ~calls) == (sig_[0] & ~calls))
+  // Only the broadcasts made before differ: the calls' order, or (as
+  // many of them) the roots they named.
+  constexpr std::uint64_t roots = std::uint64_t{0xff} << kRootsShift;
+  if ((t[1] & ~roots) == (sig_[1] & ~roots) && (t[0] & ~calls) == (sig_[0] & ~calls)) {
+    if (t[0] == sig_[0]) return roots_differ(q);
     return out_of_order(describe_sig(sig_, true), shm_->describe(q) + " called " + describe_sig(t, true));
+  }
   return guard(invalid_usage(where() + ": members called different collectives: this rank called " +
                              describe_sig(sig_) + ", " + shm_->describe(q) + " called " + describe_sig(t) +
                              "; every member must pass the same count, dtype, op and root"));
+}
+
+Status StoreGroup::roots_differ(int q) {
+  return guard(invalid_usage(where() + ": members named different roots for the same broadcast: this rank and " +
+                             shm_->describe(q) + " disagree on the root of one of the group's " +
+                             std::to_string(bcast_calls_) + " broadcasts so far (both took themselves for it?); "
+                             "every member must pass the same root"));
 }
 
 Status StoreGroup::out_of_order(const std::string& mine, const std::string& theirs) {

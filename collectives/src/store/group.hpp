@@ -144,6 +144,7 @@ class StoreGroup final : public Backend {
   // ---- signatures
   void sign(Coll c, std::size_t count, DType dt, Op op, int root);
   Status check_sig(int q, const std::uint64_t* theirs);
+  Status roots_differ(int q);  // bcast_roots_ differs from q's
   // The group broken by members whose calls differ in kind or order:
   // "this rank called <mine>, <theirs>; every member must make the same
   // calls in the same order".
@@ -214,13 +215,13 @@ class StoreGroup final : public Backend {
   std::uint64_t round_ = 0;        // data rounds so far; the half is round_ & 1
   std::uint64_t reuse_need_[2] = {0, 0};
   std::uint64_t known_min_ = 0;    // every rank's seq is known to be at least this
-  // The broadcast rings: 0 for messages up to bcast_small_max, 1 chunked.
+  // The broadcast rings (BRing): tiny, small, chunked.
   struct BRingState {
     std::uint64_t step = 0;       // chunks through this ring so far (the same on every rank)
     std::size_t slot = 0;         // step modulo the ring's slots (no division per chunk)
     std::uint64_t known_min = 0;  // every rank's bc_done for it is known to be at least this
   };
-  BRingState bring_[2];
+  BRingState bring_[kBRings];
   std::uint64_t streamed_ = 0;  // Ctrl::streamed, this rank's
   // This member's broadcasts on the group so far (broadcast_part calls): the
   // same count on every member making the same calls.  Stamped into a
@@ -230,6 +231,13 @@ class StoreGroup final : public Backend {
   // or added a broadcast fails at its next call that meets the others'.
   std::uint64_t bcast_calls_ = 0;
   static constexpr int kCallShift = 48;
+  // A fingerprint of the roots this member's broadcasts named, in every
+  // signature (kRootsShift) and barrier mark: two members that both took
+  // themselves for a broadcast's root and stamped its slot at the same
+  // moment (a root stamps with a plain store, no compare-and-swap: see
+  // broadcast.cpp) fail at their next call that meets the others'.
+  std::uint8_t bcast_roots_ = 0;
+  static constexpr int kRootsShift = 32;
   static constexpr int kNoOuterRoot = -2;
   int outer_root_ = kNoOuterRoot;  // sign_root_as
   // Fails when the root has posted broadcast `call` (or, for a chunk past

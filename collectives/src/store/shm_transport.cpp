@@ -183,12 +183,17 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
   rctrl_off_ = slots_off_ + p * 2 * half_;
   rings_off_ = round_up(rctrl_off_ + p * p * sizeof(RingCtrl), kPage);
   std::size_t end = rings_off_ + p * p * ring_bytes_;
-  const std::size_t ring_data[2] = {tun_.bcast_small_max, tun_.bcast_chunk};
-  const std::size_t ring_slots[2] = {tun_.bcast_small_slots, tun_.bcast_slots};
-  for (int i = 0; i < 2; ++i) {
+  const std::size_t ring_data[kBRings] = {tun_.bcast_small_max, tun_.bcast_chunk, kTinyBytes};
+  const std::size_t ring_slots[kBRings] = {tun_.bcast_small_slots, tun_.bcast_slots, tun_.bcast_tiny_slots};
+  for (int i = 0; i < kBRings; ++i) {
     BRingGeom& r = bring_[i];
-    r.data = round_up(std::max<std::size_t>(ring_data[i], 64), 64);
-    r.stride = sizeof(BSlot) + r.data;
+    if (i == kTinyRing) {
+      r.data = kTinyBytes;
+      r.stride = sizeof(TSlot);
+    } else {
+      r.data = round_up(std::max<std::size_t>(ring_data[i], 64), 64);
+      r.stride = sizeof(BSlot) + r.data;
+    }
     r.slots = std::max<std::size_t>(ring_slots[i], 2);
     r.off = round_up(end, kPage);
     end = r.off + r.slots * r.stride;

@@ -8,8 +8,9 @@
 //   slots[size][2][half_bytes]  per rank: two halves, used alternately
 //   RingCtrl[size*size]         per ordered pair (src, dst): head/tail
 //   rings[size*size][ring]      per ordered pair: a byte ring of frames
-//   bring[2][slots]             group-wide broadcast rings (small, chunked):
-//                               each slot a seq line + data
+//   bring[3][slots]             group-wide broadcast rings (small, chunked,
+//                               tiny): each slot a seq line + data, or
+//                               (tiny) two 32-byte slots to a line
 //
 // The pair rings are the transport's Channels (ShmChannel): frames
 // [len, kind, id] + payload; a message that does not fit the free space is
@@ -87,21 +88,38 @@ struct alignas(128) Ctrl {
   // Broadcast ring chunks this rank has finished with, per ring (its own
   // line: the owner writes it once per chunk, roots read it before reusing
   // a slot).
-  alignas(64) std::atomic<std::uint64_t> bc_done[2];
+  alignas(64) std::atomic<std::uint64_t> bc_done[3];
   // Bytes this rank has put in place as the root of streamed broadcasts
   // (StoreGroup::broadcast_stream), over all of them: its readers wait for
   // it to pass the end of the piece they read next.
   alignas(64) std::atomic<std::uint64_t> streamed;
 };
 
-// One slot of a broadcast ring: a chunk of at most kBoxBytes lies in the
-// line that carries its stamp and the call's signature, a larger one in the
-// data that follows.
-struct alignas(64) BSlot {
+// The head of a broadcast ring's slot: its stamp and the call's signature.
+// The data follows it.
+struct SlotHead {
   std::atomic<std::uint64_t> seq;  // chunk number + 1 of the chunk it holds
   std::uint64_t sig[2];
+};
+
+// One slot of the small and the chunked broadcast rings: a chunk of at most
+// kBoxBytes lies in the line that carries its stamp and the call's
+// signature, a larger one in the data that follows.
+struct alignas(64) BSlot : SlotHead {
   char inline_data[kBoxBytes];
 };
+
+// One slot of the tiny ring (broadcasts of at most kTinyBytes): two slots to
+// a cache line.  With a line per message a two-rank broadcast's root waits
+// for a line from the reader's core every call; with two it sends the
+// second message in a line it still holds, as the root runs ahead.
+constexpr std::size_t kTinyBytes = 8;
+struct alignas(32) TSlot : SlotHead {
+  char data[kTinyBytes];
+};
+static_assert(sizeof(TSlot) == 32 && sizeof(BSlot) == 64);
+// The broadcast rings (ShmTransport::bring).
+enum BRing : int { kSmallRing = 0, kChunkRing = 1, kTinyRing = 2, kBRings = 3 };
 
 // A broadcast ring's geometry in the segment.
 struct BRingGeom {
@@ -162,9 +180,9 @@ class ShmTransport final : public Transport {
   Box& box(int q, int h) const { return ctrl(q).box[h]; }
   const BRingGeom& bring(int which) const { return bring_[which]; }
   // Slot i (a chunk number modulo the ring's slots) of ring `which`.
-  BSlot* bslot(int which, std::size_t i) const {
+  SlotHead* bslot(int which, std::size_t i) const {
     const BRingGeom& r = bring_[which];
-    return reinterpret_cast<BSlot*>(base() + r.off + i * r.stride);
+    return reinterpret_cast<SlotHead*>(base() + r.off + i * r.stride);
   }
   // Copies len bytes at addr in group rank q's process into dst.
   Status cma_read(int q, char* dst, std::uint64_t addr, std::size_t len, const char* op) const;
@@ -222,7 +240,7 @@ class ShmTransport final : public Transport {
   std::size_t seg_bytes_ = 0;
   std::size_t half_ = 0, ring_bytes_ = 0;
   std::size_t ctrl_off_ = 0, slots_off_ = 0, rctrl_off_ = 0, rings_off_ = 0;
-  BRingGeom bring_[2];
+  BRingGeom bring_[kBRings];
   std::string spill_prefix_;
   std::uint64_t next_spill_id_ = 0;
   bool use_cma_ = false;

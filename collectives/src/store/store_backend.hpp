@@ -25,10 +25,12 @@ struct Tuning {
   std::size_t allreduce_small_extra_max = 2048;
   std::size_t allreduce_chunk = 64 * 1024;     // above it: reduce-scatter + allgather per chunk
   // Broadcasts below bcast_cma_min (all, without CMA) stream through
-  // group-wide rings: up to bcast_small_max bytes a ring of bcast_small_slots
-  // slots, above it chunks through a ring of bcast_slots slots of
-  // bcast_chunk bytes.  A root runs up to that many chunks ahead of its
-  // slowest reader.
+  // group-wide rings: up to 8 bytes (kTinyBytes) a ring of bcast_tiny_slots
+  // slots two to a cache line, up to bcast_small_max bytes a ring of
+  // bcast_small_slots slots, above it chunks through a ring of bcast_slots
+  // slots of bcast_chunk bytes.  A root runs up to that many chunks ahead
+  // of its slowest reader.
+  std::size_t bcast_tiny_slots = 256;
   std::size_t bcast_small_max = 1024;
   std::size_t bcast_small_slots = 128;
   std::size_t bcast_chunk = 16 * 1024;
