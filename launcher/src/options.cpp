@@ -554,9 +554,10 @@ std::string forward_open_mpi_settings(Options& o, char** envp) {
     if (name.size() > 9 && name.substr(0, 9) == "OMPI_MCA_" && valid_variable_name(name))
       settings.emplace_back(std::string(name), std::string(entry.substr(eq + 1)));
   }
-  for (auto& [name, value] : settings) {
-    const bool named = std::any_of(o.exports.begin(), o.exports.end(), [&](const auto& x) { return x.first == name; });
-    if (!named) o.exports.emplace_back(std::move(name), std::move(value));
+  for (auto& setting : settings) {
+    const bool named = std::any_of(o.exports.begin(), o.exports.end(),
+                                   [&](const auto& x) { return x.first == setting.first; });
+    if (!named) o.exports.emplace_back(std::move(setting.first), std::move(setting.second));
   }
   return "";
 }
