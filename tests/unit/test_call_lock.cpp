@@ -27,11 +27,9 @@ TEST(CallLock, BiasedWhereMembarrierAllows) {
   EXPECT_TRUE(lock.biased()) << "the owner's own calls keep the bias";
 }
 
-// Another thread that wants the lock while the owner holds it (biased)
-// waits for the owner's unlock, and the bias is gone from then on.
-TEST(CallLock, AnotherThreadWaitsForTheOwnersCall) {
-  CallLock lock;
-  lock.lock();
+// With the lock held by this thread: another thread that wants it waits
+// until this one lets it go, then gets it.
+void expect_another_thread_waits(CallLock& lock, const char* held) {
   std::atomic<bool> got{false};
   std::thread other([&] {
     lock.lock();
@@ -39,24 +37,22 @@ TEST(CallLock, AnotherThreadWaitsForTheOwnersCall) {
     lock.unlock();
   });
   std::this_thread::sleep_for(100ms);
-  EXPECT_FALSE(got.load()) << "a second thread got the lock while the owner held it";
+  EXPECT_FALSE(got.load()) << "a second thread got the lock while the owner held it " << held;
   lock.unlock();
   other.join();
-  EXPECT_TRUE(got.load());
-  EXPECT_FALSE(lock.biased());
-  // The owner now takes the word lock; another thread still waits for it.
+  EXPECT_TRUE(got.load()) << held;
+}
+
+// Another thread that wants the lock while the owner holds it (biased)
+// waits for the owner's unlock, and the bias is gone from then on; the
+// owner then takes the word lock, and another thread still waits for it.
+TEST(CallLock, AnotherThreadWaitsForTheOwnersCall) {
+  CallLock lock;
   lock.lock();
-  std::atomic<bool> got2{false};
-  std::thread third([&] {
-    lock.lock();
-    got2 = true;
-    lock.unlock();
-  });
-  std::this_thread::sleep_for(50ms);
-  EXPECT_FALSE(got2.load());
-  lock.unlock();
-  third.join();
-  EXPECT_TRUE(got2.load());
+  expect_another_thread_waits(lock, "biased");
+  EXPECT_FALSE(lock.biased());
+  lock.lock();
+  expect_another_thread_waits(lock, "through the word lock");
 }
 
 // Mutual exclusion while the bias is taken away in the middle of the

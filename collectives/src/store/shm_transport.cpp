@@ -187,8 +187,8 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
   const std::size_t ring_slots[kBRings] = {tun_.bcast_small_slots, tun_.bcast_slots, tun_.bcast_tiny_slots};
   for (int i = 0; i < kBRings; ++i) {
     BRingGeom& r = bring_[i];
-    if (i == kTinyRing) {
-      r.data = kTinyBytes;
+    if (i == kTinyRing) {  // inline only, two slots to a line
+      r.data = ring_data[i];
       r.stride = sizeof(TSlot);
     } else {
       r.data = round_up(std::max<std::size_t>(ring_data[i], 64), 64);
