@@ -113,11 +113,13 @@ PeerOwner lookup_tcp(const sockaddr_storage& local, const sockaddr_storage& peer
   return out;
 }
 
-// The decision for one accepted connection; a message when refused.
+// The decision for one accepted connection; a message when refused, none
+// when its peer is already gone.
 bool admit(int fd, std::string* why) {
   PeerOwner owner = peer_owner(fd);
   uid_t me = geteuid();
   if (owner.uid && *owner.uid == me) return true;
+  if (owner.gone) return false;
   *why = owner.uid ? "from " + owner.peer + ", a socket of uid " + std::to_string(*owner.uid) +
                          " (the job runs as uid " + std::to_string(me) + ")"
                    : "from " + owner.peer + ": " + owner.why;
@@ -157,7 +159,7 @@ int guarded_accept(int listener, sockaddr* addr, socklen_t* len, int flags) {
   std::string why;
   if (admit(fd, &why)) return fd;
   close(fd);
-  report(why);
+  if (!why.empty()) report(why);
   int dead = dead_socket(flags);
   if (dead < 0) {
     errno = ECONNABORTED;
@@ -174,6 +176,7 @@ PeerOwner peer_owner(int fd) {
   socklen_t llen = sizeof local, plen = sizeof peer;
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) != 0 ||
       getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) != 0) {
+    out.gone = errno == ENOTCONN;
     out.why = std::string("getpeername: ") + std::strerror(errno);
     return out;
   }

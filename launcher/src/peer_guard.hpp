@@ -13,7 +13,9 @@
 // sockets; a process cannot fake either, whatever it makes getuid() return.
 // A refused connection is closed at once (the client sees the connection
 // end), and the library is handed a socket that is already at end of file,
-// which it drops as a client that went away during its handshake.
+// which it drops as a client that went away during its handshake.  A
+// connection its client reset before the check (a rank killed as it
+// connects) is dropped the same way, without a message.
 //
 // accrun's own code never calls the guarded functions: its sockets (the
 // agents' wire) authenticate with the job's secret instead.
@@ -35,6 +37,9 @@ struct PeerOwner {
   std::optional<uid_t> uid;
   std::string peer;  // "127.0.0.1:40312", for messages
   std::string why;   // set when uid is empty
+  // The peer ended the connection (a reset) before it could be looked at:
+  // nothing is left to admit or refuse.
+  bool gone = false;
 };
 // Thread-safe; one netlink round trip (tens of microseconds).
 PeerOwner peer_owner(int fd);

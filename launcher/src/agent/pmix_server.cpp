@@ -13,6 +13,8 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <thread>
 
 #include "accrun/detect.hpp"
 #include "accrun/log.hpp"
@@ -66,6 +68,9 @@ namespace {
 // process-wide pointer (one PMIx server per process is the library's own
 // rule).  Set while the server is initialised, cleared before finalize.
 std::atomic<PmixServer*> g_active{nullptr};
+
+// How long the agent waits for the library's teardown (~PmixServer).
+constexpr std::chrono::seconds kTeardownBound{2};
 
 // Waits for one PMIx operation callback.
 struct OpSync {
@@ -666,23 +671,55 @@ PmixServer::~PmixServer() {
     if (topology_ != nullptr) hwloc_topology_destroy(static_cast<hwloc_topology_t>(topology_));
     return;
   }
-  auto t0 = std::chrono::steady_clock::now();
-  for (const Spawned& sp : spawned_) {
-    OpSync sync;
-    PMIx_server_deregister_nspace(sp.nspace.c_str(), OpSync::callback, &sync);
-    sync.wait();
+  // The library's teardown runs on a thread of its own, and this waits for
+  // it a bounded time.  A client that ends half-way through connecting (a
+  // rank killed while the job ends) can leave the library's record of that
+  // rank released one time too many (OpenPMIx 4.2's connection handler,
+  // when its last send to the client fails): the teardown then waits for
+  // ever on the lock inside the freed record.  Nothing needs the teardown to
+  // finish: this host's ranks have ended, the caller removes the rendezvous
+  // directory, and the process exits next.  It takes milliseconds
+  // otherwise.
+  struct Teardown {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto t = std::make_shared<Teardown>();
+  std::vector<std::string> nspaces;
+  for (const Spawned& sp : spawned_) nspaces.push_back(sp.nspace);
+  if (!nspace_.empty()) nspaces.push_back(nspace_);
+  void* topology = topology_;
+  std::thread([t, nspaces = std::move(nspaces), topology] {
+    auto t0 = std::chrono::steady_clock::now();
+    for (const std::string& ns : nspaces) {
+      OpSync sync;
+      PMIx_server_deregister_nspace(ns.c_str(), OpSync::callback, &sync);
+      sync.wait();
+    }
+    auto t1 = std::chrono::steady_clock::now();
+    g_active.store(nullptr);
+    PMIx_server_finalize();
+    auto ms = [](auto a, auto b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    log(LogLevel::kDebug, "PMIx server: deregister %.1f ms, finalize %.1f ms", ms(t0, t1),
+        ms(t1, std::chrono::steady_clock::now()));
+    if (topology != nullptr) hwloc_topology_destroy(static_cast<hwloc_topology_t>(topology));
+    std::lock_guard<std::mutex> lock(t->mu);
+    t->done = true;
+    t->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(t->mu);
+  if (!t->cv.wait_for(lock, kTeardownBound, [&] { return t->done; })) {
+    // Upcalls from here on find no server (the progress thread, if it
+    // still runs, answers them itself).
+    g_active.store(nullptr);
+    log(LogLevel::kInfo,
+        "this host's PMIx server did not shut down within %lld s (a rank ended while it "
+        "connected); going on without it",
+        static_cast<long long>(kTeardownBound.count()));
   }
-  if (!nspace_.empty()) {
-    OpSync sync;
-    PMIx_server_deregister_nspace(nspace_.c_str(), OpSync::callback, &sync);
-    sync.wait();
-  }
-  auto t1 = std::chrono::steady_clock::now();
-  g_active.store(nullptr);
-  PMIx_server_finalize();
-  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
-  log(LogLevel::kDebug, "PMIx server: deregister %.1f ms, finalize %.1f ms", ms(t0, t1), ms(t1, std::chrono::steady_clock::now()));
-  if (topology_ != nullptr) hwloc_topology_destroy(static_cast<hwloc_topology_t>(topology_));
   // Whatever the progress thread queued before it stopped refers to this
   // server; its clients are gone, so it is dropped unrun.
   queue_->clear();

@@ -316,6 +316,17 @@ class PeerOwner : public ::testing::Test {
     close(sync_);
     waitpid(child_, nullptr, 0);
   }
+  // The plain accept() of this program is the guarded one: it hands over a
+  // socket already at end of file, counting `refused` more refusals.
+  void expect_guarded_accept_drops(unsigned long refused) {
+    unsigned long before = accrun::launcher::peer_guard_refusals();
+    int fd = accept(listener_, nullptr, nullptr);
+    ASSERT_GE(fd, 0);
+    char c;
+    EXPECT_EQ(read(fd, &c, 1), 0) << "the library must get a socket at end of file";
+    close(fd);
+    EXPECT_EQ(accrun::launcher::peer_guard_refusals(), before + refused);
+  }
   int listener_ = -1;
   std::uint16_t port_ = 0;
   int sync_ = -1;
@@ -360,18 +371,23 @@ TEST_F(PeerOwner, GuardedAcceptRefusesAnotherUid) {
     _exit(n == 0 ? 0 : 3);
   }
   close(sync[0]);
-  unsigned long before = accrun::launcher::peer_guard_refusals();
-  // The plain accept() of this program is the guarded one.
-  int fd = accept(listener_, nullptr, nullptr);
-  ASSERT_GE(fd, 0);
-  char c;
-  EXPECT_EQ(read(fd, &c, 1), 0) << "the library must get a socket at end of file";
-  close(fd);
-  EXPECT_EQ(accrun::launcher::peer_guard_refusals(), before + 1);
+  expect_guarded_accept_drops(1);
   int st = 0;
   waitpid(child, &st, 0);
   close(sync[1]);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+}
+
+// A client that resets its connection before the guard looks at it (a rank
+// killed as it connects) is no intruder: the library gets a socket at end of
+// file, and nothing is reported or counted.
+TEST_F(PeerOwner, AConnectionResetBeforeTheCheckIsDroppedQuietly) {
+  const int client = accrun::testing::connect_loopback(port_);
+  ASSERT_GE(client, 0);
+  linger now{1, 0};
+  ASSERT_EQ(setsockopt(client, SOL_SOCKET, SO_LINGER, &now, sizeof now), 0);
+  close(client);  // a reset, before the accept below
+  expect_guarded_accept_drops(0);
 }
 
 }  // namespace
