@@ -684,6 +684,7 @@ PmixServer::~PmixServer() {
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
+    bool abandoned = false;  // the agent went on: the process may be exiting
   };
   auto t = std::make_shared<Teardown>();
   std::vector<std::string> nspaces;
@@ -700,18 +701,20 @@ PmixServer::~PmixServer() {
     auto t1 = std::chrono::steady_clock::now();
     g_active.store(nullptr);
     PMIx_server_finalize();
+    std::lock_guard<std::mutex> lock(t->mu);
+    if (t->abandoned) return;  // late: touch nothing the exit may be tearing down
     auto ms = [](auto a, auto b) {
       return std::chrono::duration<double, std::milli>(b - a).count();
     };
     log(LogLevel::kDebug, "PMIx server: deregister %.1f ms, finalize %.1f ms", ms(t0, t1),
         ms(t1, std::chrono::steady_clock::now()));
     if (topology != nullptr) hwloc_topology_destroy(static_cast<hwloc_topology_t>(topology));
-    std::lock_guard<std::mutex> lock(t->mu);
     t->done = true;
     t->cv.notify_all();
   }).detach();
   std::unique_lock<std::mutex> lock(t->mu);
   if (!t->cv.wait_for(lock, kTeardownBound, [&] { return t->done; })) {
+    t->abandoned = true;
     // Upcalls from here on find no server (the progress thread, if it
     // still runs, answers them itself).
     g_active.store(nullptr);
