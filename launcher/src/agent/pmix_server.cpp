@@ -91,6 +91,14 @@ struct OpSync {
     cv.wait(lock, [this] { return done; });
     return status;
   }
+  // Waits at most `bound`; past it, the waiter has gone on (`abandoned`),
+  // which whoever completes it checks under `mu`.
+  bool abandoned = false;
+  bool wait_for(std::chrono::milliseconds bound) {
+    std::unique_lock<std::mutex> lock(mu);
+    abandoned = !cv.wait_for(lock, bound, [this] { return done; });
+    return !abandoned;
+  }
 };
 
 Status pmix_error(const std::string& what, pmix_status_t rc) {
@@ -680,13 +688,7 @@ PmixServer::~PmixServer() {
   // finish: this host's ranks have ended, the caller removes the rendezvous
   // directory, and the process exits next.  It takes milliseconds
   // otherwise.
-  struct Teardown {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    bool abandoned = false;  // the agent went on: the process may be exiting
-  };
-  auto t = std::make_shared<Teardown>();
+  auto t = std::make_shared<OpSync>();
   std::vector<std::string> nspaces;
   for (const Spawned& sp : spawned_) nspaces.push_back(sp.nspace);
   if (!nspace_.empty()) nspaces.push_back(nspace_);
@@ -712,9 +714,7 @@ PmixServer::~PmixServer() {
     t->done = true;
     t->cv.notify_all();
   }).detach();
-  std::unique_lock<std::mutex> lock(t->mu);
-  if (!t->cv.wait_for(lock, kTeardownBound, [&] { return t->done; })) {
-    t->abandoned = true;
+  if (!t->wait_for(kTeardownBound)) {
     // Upcalls from here on find no server (the progress thread, if it
     // still runs, answers them itself).
     g_active.store(nullptr);

@@ -20,9 +20,8 @@
 static int die_connecting;
 
 ssize_t send(int fd, const void* buf, size_t len, int flags) {
-  static int sends;
   ssize_t n = syscall(SYS_sendto, fd, buf, len, flags, NULL, 0);
-  if (die_connecting && n == (ssize_t)len && ++sends == 1) {
+  if (die_connecting && n == (ssize_t)len) {
     close(fd);
     _exit(0);
   }
