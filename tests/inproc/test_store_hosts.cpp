@@ -507,9 +507,14 @@ TEST_P(StoreHosts, ATimeoutInsideAHostSaysTheLeaderWaitsForAnotherHost) {
     const Status s = b.allreduce(&v, &sum, 1, DType::kFloat64, Op::kSum, nullptr);
     if (r == 1) {
       EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
-      EXPECT_NE(s.message().find("it is in its collective call 1 on the whole group, waiting for another host for "),
-                std::string::npos)
-          << s.message();
+      const std::string waiting = "it is in its collective call 1 on the whole group, waiting for another host for ";
+      const std::size_t at = s.message().find(waiting);
+      ASSERT_NE(at, std::string::npos) << s.message();
+      // For as long as this member waited for it (600 ms), give or take
+      // the clock's tick and the start of the calls.
+      const long ms = std::strtol(s.message().c_str() + at + waiting.size(), nullptr, 10);
+      EXPECT_GE(ms, 500) << s.message();
+      EXPECT_LE(ms, 1400) << s.message();
     }
   });
   const std::string log = ::testing::internal::GetCapturedStderr();

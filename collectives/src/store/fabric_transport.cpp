@@ -360,13 +360,16 @@ void FabricTransport::progress() {
 
 template <class Ready>
 Status FabricTransport::wait_for(Ready ready, int peer, const Wait& w, const char* what) {
-  const auto start = Clock::now();
-  auto next_check = start + kPeerCheck;
-  for (;;) {
+  Clock::time_point start, next_check;  // (from the first look that finds it not ready)
+  for (bool first = true;; first = false) {
     if (closed_) return remote_error("group '" + group_ + "': " + w.op + ": the libfabric endpoint is closed (the group failed)");
     progress();
     if (ready()) return Status::ok();
     const auto now = Clock::now();
+    if (first) {
+      start = now;
+      next_check = now + kPeerCheck;
+    }
     if (now >= next_check) {
       next_check = now + kPeerCheck;
       if (peer >= 0) {

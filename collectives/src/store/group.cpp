@@ -174,17 +174,21 @@ void StoreGroup::note_outer_call(std::uint64_t call) {
   shm_->ctrl(rank_).outer_call.store(call, std::memory_order_relaxed);
 }
 
+// (The marks' times are coarse_now()'s: the messages that read them count
+// milliseconds, and a small call across hosts sets three.)
+namespace {
+std::int64_t mark_now() {
+  return std::max<std::int64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(coarse_now().time_since_epoch()).count(), 1);
+}
+}  // namespace
+
 void StoreGroup::note_in_outer_call(bool inside) {
-  const std::int64_t now =
-      inside ? 0 : std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-  shm_->ctrl(rank_).outer_left_ns.store(inside ? 0 : std::max<std::int64_t>(now, 1), std::memory_order_relaxed);
+  shm_->ctrl(rank_).outer_left_ns.store(inside ? 0 : mark_now(), std::memory_order_relaxed);
 }
 
 void StoreGroup::note_across(bool waiting) {
-  const std::int64_t now = waiting ? std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                         Clock::now().time_since_epoch()).count()
-                                   : 0;
-  shm_->ctrl(rank_).across_since_ns.store(waiting ? std::max<std::int64_t>(now, 1) : 0, std::memory_order_relaxed);
+  shm_->ctrl(rank_).across_since_ns.store(waiting ? mark_now() : 0, std::memory_order_relaxed);
 }
 
 std::uint64_t StoreGroup::publish() {
