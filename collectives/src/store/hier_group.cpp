@@ -426,16 +426,16 @@ Status HierGroup::leaders_allreduce(char* buf, std::size_t count, DType dt, Op o
   if (doubling(bytes * static_cast<std::size_t>(hosts - 1), kSmallBytes)) {
     say_algorithm("recursive doubling", bytes);
     const Wait w = wait_spec();
-    acc_.resize(bytes);
+    char* const acc = acc_.get(bytes);
     for (int mask = 1; mask < hosts; mask *= 2) {
       const int partner = my_host_ ^ mask;
       ACCRUN_RETURN_IF_ERROR(lsend(partner, buf, bytes, w));
-      ACCRUN_RETURN_IF_ERROR(lrecv(partner, acc_.data(), bytes, w));
+      ACCRUN_RETURN_IF_ERROR(lrecv(partner, acc, bytes, w));
       if (my_host_ < partner) {
-        reduce_into(dt, op, buf, acc_.data(), count);
+        reduce_into(dt, op, buf, acc, count);
       } else {
-        reduce_into(dt, op, acc_.data(), buf, count);
-        std::memcpy(buf, acc_.data(), bytes);
+        reduce_into(dt, op, acc, buf, count);
+        std::memcpy(buf, acc, bytes);
       }
     }
     return Status::ok();
@@ -454,10 +454,10 @@ Status HierGroup::leaders_allreduce(char* buf, std::size_t count, DType dt, Op o
       return h == my_host_ ? buf : parts[static_cast<std::size_t>(h)].data() + sizeof(Sig);
     };
     // In host order, so every leader computes the same bits.
-    acc_.resize(bytes);
-    std::memcpy(acc_.data(), part(0), bytes);
-    for (int h = 1; h < hosts; ++h) reduce_into(dt, op, acc_.data(), part(h), count);
-    std::memcpy(buf, acc_.data(), bytes);
+    char* const acc = acc_.get(bytes);
+    std::memcpy(acc, part(0), bytes);
+    for (int h = 1; h < hosts; ++h) reduce_into(dt, op, acc, part(h), count);
+    std::memcpy(buf, acc, bytes);
     return Status::ok();
   }
   const Wait w = wait_spec();
@@ -479,16 +479,18 @@ Status HierGroup::leaders_allreduce(char* buf, std::size_t count, DType dt, Op o
       const std::size_t first = block(lo).first;
       return std::make_pair(first, block(hi - 1).first + block(hi - 1).second - first);
     };
-    std::vector<char> in(span(0, hosts / 2).second * ds);
+    char* const in = acc_.get(span(0, hosts / 2).second * ds);
     int lo = 0, hi = hosts;
     for (int mask = hosts / 2; mask >= 1; mask /= 2) {
       const int mid = (lo + hi) / 2;
       const bool upper = (my_host_ & mask) != 0;
       const auto [slo, sn] = upper ? span(lo, mid) : span(mid, hi);
       const auto [klo, kn] = upper ? span(mid, hi) : span(lo, mid);
-      ACCRUN_RETURN_IF_ERROR(lsend(my_host_ ^ mask, buf + slo * ds, sn * ds, w));
-      ACCRUN_RETURN_IF_ERROR(lrecv(my_host_ ^ mask, in.data(), kn * ds, w));
-      reduce_into(dt, op, buf + klo * ds, in.data(), kn);
+      // (Sent from where it lies: the halves given away are not written
+      // until the doubling below receives into them.)
+      ACCRUN_RETURN_IF_ERROR(lsend(my_host_ ^ mask, buf + slo * ds, sn * ds, w, true));
+      ACCRUN_RETURN_IF_ERROR(lrecv(my_host_ ^ mask, in, kn * ds, w));
+      reduce_into(dt, op, buf + klo * ds, in, kn);
       (upper ? lo : hi) = mid;
     }
     for (int mask = 1; mask < hosts; mask *= 2) {
@@ -496,30 +498,40 @@ Status HierGroup::leaders_allreduce(char* buf, std::size_t count, DType dt, Op o
       const int width = hi - lo;
       const auto [slo, sn] = span(lo, hi);
       const auto [rlo, rn] = upper ? span(lo - width, lo) : span(hi, hi + width);
-      ACCRUN_RETURN_IF_ERROR(lsend(my_host_ ^ mask, buf + slo * ds, sn * ds, w));
+      // What comes back lands in the half given to this partner on the
+      // way down: that send must have left.  (Waited for before this
+      // step's send: a transport that counts a send done once its receive
+      // took it, libfabric, would have both partners wait for each other.)
+      ACCRUN_RETURN_IF_ERROR(lflush(my_host_ ^ mask, w));
+      ACCRUN_RETURN_IF_ERROR(lsend(my_host_ ^ mask, buf + slo * ds, sn * ds, w, true));
       ACCRUN_RETURN_IF_ERROR(lrecv(my_host_ ^ mask, buf + rlo * ds, rn * ds, w));
       (upper ? lo : hi) = upper ? lo - width : hi + width;
     }
+    for (int mask = 1; mask < hosts; mask *= 2) ACCRUN_RETURN_IF_ERROR(lflush(my_host_ ^ mask, w));
     return Status::ok();
   }
   // Ring: reduce-scatter then allgather, in blocks of about count / hosts.
   say_algorithm("ring", bytes);
   const int next = (my_host_ + 1) % hosts, prev = (my_host_ - 1 + hosts) % hosts;
-  std::vector<char> in(block(0).second * ds);
+  char* const in = acc_.get(block(0).second * ds);
   for (int s = 0; s < hosts - 1; ++s) {
     const auto [slo, sn] = block((my_host_ - s + hosts) % hosts);
     const auto [rlo, rn] = block((my_host_ - s - 1 + 2 * hosts) % hosts);
-    ACCRUN_RETURN_IF_ERROR(lsend(next, buf + slo * ds, sn * ds, w));
-    ACCRUN_RETURN_IF_ERROR(lrecv(prev, in.data(), rn * ds, w));
-    reduce_into(dt, op, buf + rlo * ds, in.data(), rn);
+    // (Sent from where it lies: step s reduces into a block no later step
+    // of this half sends or writes.)
+    ACCRUN_RETURN_IF_ERROR(lsend(next, buf + slo * ds, sn * ds, w, true));
+    ACCRUN_RETURN_IF_ERROR(lrecv(prev, in, rn * ds, w));
+    reduce_into(dt, op, buf + rlo * ds, in, rn);
   }
+  // The allgather's step s receives into the block step s above sent.
+  ACCRUN_RETURN_IF_ERROR(lflush(next, w));
   for (int s = 0; s < hosts - 1; ++s) {
     const auto [slo, sn] = block((my_host_ + 1 - s + hosts) % hosts);
     const auto [rlo, rn] = block((my_host_ - s + hosts) % hosts);
-    ACCRUN_RETURN_IF_ERROR(lsend(next, buf + slo * ds, sn * ds, w));
+    ACCRUN_RETURN_IF_ERROR(lsend(next, buf + slo * ds, sn * ds, w, true));
     ACCRUN_RETURN_IF_ERROR(lrecv(prev, buf + rlo * ds, rn * ds, w));
   }
-  return Status::ok();
+  return lflush(next, w);  // the caller's buffer is its own again
 }
 
 // A small broadcast between the leaders, down a binomial tree rooted at the
@@ -581,12 +593,8 @@ Status HierGroup::reduce(const void* send, void* recv, std::size_t count, DType 
   sig_ = Sig{kReduce, static_cast<std::uint32_t>(dt), static_cast<std::uint32_t>(op), root, count, calls_};
   const int root_host = host_of_[static_cast<std::size_t>(root)];
   const bool root_leads = local_index(root) == 0;
-  std::vector<char> tmp;
   char* at_leader = static_cast<char*>(recv);
-  if (leader() && rank_ != root) {
-    tmp.resize(bytes);
-    at_leader = tmp.data();
-  }
+  if (leader() && rank_ != root) at_leader = tmp_.get(bytes);
   ACCRUN_RETURN_IF_ERROR(run(local_->reduce(send, leader() ? at_leader : nullptr, count, dt, op, 0, nullptr)));
   if (leader()) ACCRUN_RETURN_IF_ERROR(run(leaders_allreduce(at_leader, count, dt, op)));
   if (my_host_ == root_host && !root_leads) {
@@ -594,10 +602,7 @@ Status HierGroup::reduce(const void* send, void* recv, std::size_t count, DType 
     // host, never by the point-to-point channel, which carries the
     // program's own sends; the host's other members take it into scratch.
     char* into = at_leader;
-    if (!leader() && rank_ != root) {
-      tmp.resize(bytes);
-      into = tmp.data();
-    }
+    if (!leader() && rank_ != root) into = tmp_.get(bytes);
     return run(local_->broadcast(into, count, dt, 0, nullptr));
   }
   return Status::ok();
@@ -699,9 +704,9 @@ Status HierGroup::allgather(const void* send, void* recv, std::size_t n, DType d
   // when the member is alone on its host.
   const char* host_block = part;
   if (mine.size() > 1) {
-    acc_.resize(mine.size() * blk);
-    ACCRUN_RETURN_IF_ERROR(run(local_->allgather(part, acc_.data(), n, dt, nullptr)));
-    host_block = acc_.data();
+    char* const acc = acc_.get(mine.size() * blk);
+    ACCRUN_RETURN_IF_ERROR(run(local_->allgather(part, acc, n, dt, nullptr)));
+    host_block = acc;
   }
   const int hosts = static_cast<int>(hosts_.size());
   // (Allgather's last step carries half the result: by doubling only while
@@ -769,9 +774,9 @@ Status HierGroup::reducescatter(const void* send, void* recv, std::size_t recv_c
   const InCall in_call(*local_);
   ACCRUN_RETURN_IF_ERROR(enter("reducescatter", stream, true));
   const std::size_t ds = dtype_size(dt);
-  std::vector<char> all(recv_count * static_cast<std::size_t>(size_) * ds);
-  ACCRUN_RETURN_IF_ERROR(allreduce(send, all.data(), recv_count * static_cast<std::size_t>(size_), dt, op, nullptr));
-  std::memcpy(recv, all.data() + static_cast<std::size_t>(rank_) * recv_count * ds, recv_count * ds);
+  char* const all = tmp_.get(recv_count * static_cast<std::size_t>(size_) * ds);
+  ACCRUN_RETURN_IF_ERROR(allreduce(send, all, recv_count * static_cast<std::size_t>(size_), dt, op, nullptr));
+  std::memcpy(recv, all + static_cast<std::size_t>(rank_) * recv_count * ds, recv_count * ds);
   return Status::ok();
 }
 

@@ -497,6 +497,7 @@ Status TcpTransport::recv(int peer, Tag tag, void* data, std::size_t max_len, st
     }
     if (!whole.empty()) std::memcpy(data, whole.data(), whole.size());
     length = whole.size();
+    recycle(std::move(whole));
   }
   *got = length;
   return Status::ok();
@@ -518,11 +519,24 @@ static void place_if_whole(std::string* head, bool* placed, char* dest, std::siz
   *placed = true;
 }
 
+void TcpTransport::recycle(std::string&& bytes) {
+  if (bytes.capacity() > std::max<std::size_t>(spare_.capacity(), kStageBytes)) spare_ = std::move(bytes);
+}
+
+void TcpTransport::place_split(std::string* head, bool* placed, char* dest, std::size_t keep, std::size_t len) {
+  const bool whole = !*placed;
+  place_if_whole(head, placed, dest, keep, len);
+  if (!whole || !*placed || head->capacity() <= kStageBytes) return;
+  std::string kept(*head);  // (the head alone: a copy sized to it)
+  recycle(std::move(*head));
+  *head = std::move(kept);
+}
+
 Status TcpTransport::recv_split(int peer, Tag tag, std::size_t keep, char* dest, std::size_t len,
                                 std::string* head, bool* placed, const Wait& w) {
   std::size_t length = 0;
   ACCRUN_RETURN_IF_ERROR(receive_posted(peer, tag, keep, dest, len, false, head, placed, &length, w));
-  place_if_whole(head, placed, dest, keep, len);
+  place_split(head, placed, dest, keep, len);
   return Status::ok();
 }
 
@@ -548,7 +562,7 @@ Status TcpTransport::recv_splits(std::vector<Split>* splits, const Wait& w) {
       for (std::size_t j = i + 1; j < splits->size(); ++j) unpost((*splits)[j].peer);
       return st;
     }
-    place_if_whole(&s.head, &s.placed, s.dest, s.keep, s.len);
+    place_split(&s.head, &s.placed, s.dest, s.keep, s.len);
   }
   return Status::ok();
 }
@@ -931,6 +945,7 @@ void TcpTransport::read_link(int peer) {
           l.body_keep = l.body_total;
           l.direct = nullptr;
         }
+        if (l.body_keep > kStageBytes && spare_.capacity() >= l.body_keep) l.body = std::move(spare_);
         l.body.assign(l.body_keep, '\0');
       }
       std::size_t take = std::min(l.body_total - l.body_got, l.stage_end - at);

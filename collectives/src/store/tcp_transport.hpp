@@ -267,6 +267,14 @@ class TcpTransport final : public Transport, public HostLinks {
   std::vector<std::unique_ptr<TaggedChannel>> channels_;
   unsigned spin_turn_ = 0;  // wait_for's spins, across calls (the caller's thread)
   std::vector<pollfd> poll_fds_;  // progress()'s, kept between calls
+  // The storage of the largest message taken so far that had come before
+  // its receive was posted, for the next such message (the caller's
+  // thread).  Allocated per message, a few MiB came from malloc as fresh
+  // pages each time.  Kept until the group is destroyed.
+  std::string spare_;
+  void recycle(std::string&& bytes);
+  // place_if_whole(), then the message's storage goes to spare_.
+  void place_split(std::string* head, bool* placed, char* dest, std::size_t keep, std::size_t len);
   std::vector<int> poll_who_;
   // The sending side of every link (out_fd, outq, out_off, queued, lost)
   // is shared with the writer thread under out_mu_; the receiving side is
