@@ -10,7 +10,8 @@
 #   ratio table, store / raw-mpi, per size)
 #   the same 2 x 1 tables with the store over libfabric's tcp provider;
 #   torch.distributed's gloo (gloo_bench.py) on both layouts when
-#   python3-torch is installed;
+#   python3-torch is installed, each against the store alone (no MPI in
+#   the process, as in gloo's), ratio gloo / store per size;
 #   osu_bw --backend store between h1 and h2, object_get (accrun_get on h2
 #   of objects put on h1), and tcp_stream h1 -> h2 under the hosts' and
 #   the store's congestion control; the 2 x 1 tables again with every
@@ -58,11 +59,16 @@ if "$b/launcher/accrun" --version | grep -q "libfabric transport: built"; then
       "${pin[@]}" "$b/benchmarks/osu_$bench" --backend store,raw-mpi -m 8:4194304 -i 1000
   done
 fi
-# torch.distributed's gloo on the same hosts and sizes (Debian's python3-torch).
+# torch.distributed's gloo on the same hosts and sizes (Debian's python3-torch),
+# each table followed by the store alone (--backend store: no MPI in the
+# process, as in gloo's; MPI_Init changes how malloc returns memory) and the
+# ratio gloo / store per size.
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 if "$py" -c "import torch" 2>/dev/null; then
-  for layout in "2 h1:1,h2:1 1000 8:4194304" "8 h1:1,h2:1,h3:1,h4:1 20 8:4194304"; do
+  alone=$(mktemp)
+  trap 'rm -f "$alone"' EXIT
+  for layout in "2 h1:1,h2:1 1000 8:4194304 1000" "8 h1:1,h2:1,h3:1,h4:1 20 8:4194304 100"; do
     set -- $layout
     wrap=()
     extra=(--oversubscribe)
@@ -70,9 +76,16 @@ if "$py" -c "import torch" 2>/dev/null; then
     for bench in allreduce bcast allgather; do
       echo "## gloo $bench, $1 ranks on $2${extra[*]:+ (--oversubscribe: 2 ranks per host)}"
       "$b/launcher/accrun" --timeout 900 -n "$1" -H "$2" "${extra[@]}" --launch-agent "$agent" -x GLOO_SOCKET_IFNAME=eth0 \
-        "${wrap[@]}" "$py" "$src/benchmarks/osu/gloo_bench.py" "$bench" -m "$4" -i "$3"
+        "${wrap[@]}" "$py" "$src/benchmarks/osu/gloo_bench.py" "$bench" -m "$4" -i "$3" | tee "$alone.gloo"
+      echo "## $bench, $1 ranks on $2, the store alone${extra[*]:+ (--oversubscribe: 2 ranks per host)}"
+      "$b/launcher/accrun" --timeout 900 -n "$1" -H "$2" "${extra[@]}" --launch-agent "$agent" \
+        "${wrap[@]}" "$b/benchmarks/osu_$bench" --backend store -m "$4" -i "$5" | tee "$alone"
+      echo "# ratio $bench: gloo / store alone"
+      awk 'FNR == 1 { f++ } /^ *[0-9]/ { if (f == 1) g[$1] = $2; else if ($1 in g) printf "%-10s %8.2f\n", $1, g[$1] / $2 }' \
+        "$alone.gloo" "$alone"
     done
   done
+  rm -f "$alone.gloo"
 else
   echo "## gloo: python3-torch is not installed (scripts/install-deps.sh --bench installs it); skipped"
 fi
