@@ -92,7 +92,9 @@ TEST_P(StoreHosts, LargeCollectivesTouchNoNewPagesPerCall) {
   // Every block from 128 KiB up mapped at malloc and unmapped at free, as a
   // program's malloc does once its heap is trimmed (in this test's process
   // of many threads it would otherwise keep them).
-  ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 128 << 10), 1);
+  if (mallopt(M_MMAP_THRESHOLD, 128 << 10) != 1)
+    GTEST_SKIP() << "malloc here is not glibc's (a sanitizer's allocator refuses mallopt): the pages it touches "
+                    "per call say nothing of a program's";
   for (const char* layout : {"ab", "abcd", "aabb"}) {
     World w;
     w.run(on_hosts(spec(std::string("pages-") + layout, static_cast<int>(std::strlen(layout)), 60'000), layout,
