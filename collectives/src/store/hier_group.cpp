@@ -517,8 +517,8 @@ Status HierGroup::leaders_allreduce(char* buf, std::size_t count, DType dt, Op o
   for (int s = 0; s < hosts - 1; ++s) {
     const auto [slo, sn] = block((my_host_ - s + hosts) % hosts);
     const auto [rlo, rn] = block((my_host_ - s - 1 + 2 * hosts) % hosts);
-    // (Sent from where it lies: step s reduces into a block no later step
-    // of this half sends or writes.)
+    // (Sent from where it lies: no later step of this half writes the
+    // block step s sends.)
     ACCRUN_RETURN_IF_ERROR(lsend(next, buf + slo * ds, sn * ds, w, true));
     ACCRUN_RETURN_IF_ERROR(lrecv(prev, in, rn * ds, w));
     reduce_into(dt, op, buf + rlo * ds, in, rn);
