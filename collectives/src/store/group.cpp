@@ -174,21 +174,16 @@ void StoreGroup::note_outer_call(std::uint64_t call) {
   shm_->ctrl(rank_).outer_call.store(call, std::memory_order_relaxed);
 }
 
-// (The marks' times are coarse_now()'s: the messages that read them count
-// milliseconds, and a small call across hosts sets three.)
-namespace {
-std::int64_t mark_now() {
-  return std::max<std::int64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(coarse_now().time_since_epoch()).count(), 1);
-}
-}  // namespace
-
+// (The marks' times are coarse_now_ns()'s: the messages that read them
+// count milliseconds, and a small call across hosts sets three.)
 void StoreGroup::note_in_outer_call(bool inside) {
-  shm_->ctrl(rank_).outer_left_ns.store(inside ? 0 : mark_now(), std::memory_order_relaxed);
+  shm_->ctrl(rank_).outer_left_ns.store(inside ? 0 : std::max<std::int64_t>(coarse_now_ns(), 1),
+                                        std::memory_order_relaxed);
 }
 
 void StoreGroup::note_across(bool waiting) {
-  shm_->ctrl(rank_).across_since_ns.store(waiting ? mark_now() : 0, std::memory_order_relaxed);
+  shm_->ctrl(rank_).across_since_ns.store(waiting ? std::max<std::int64_t>(coarse_now_ns(), 1) : 0,
+                                          std::memory_order_relaxed);
 }
 
 std::uint64_t StoreGroup::publish() {

@@ -436,8 +436,7 @@ Status ShmTransport::timed_out(const Wait& w, const std::vector<int>& missing) c
     // Or that it returned from its last call and has made none since: the
     // hold-up is outside accrun, in the program or another library.
     if (const std::uint64_t call = c.outer_call.load(std::memory_order_relaxed); call > 0) {
-      const std::int64_t now =  // (the marks' clock)
-          std::chrono::duration_cast<std::chrono::nanoseconds>(coarse_now().time_since_epoch()).count();
+      const std::int64_t now = coarse_now_ns();  // (the marks' clock)
       const std::int64_t left = c.outer_left_ns.load(std::memory_order_relaxed);
       const std::int64_t since = c.across_since_ns.load(std::memory_order_relaxed);
       if (left > 0) {

@@ -78,10 +78,10 @@ struct alignas(128) Ctrl {
   std::uint64_t probe_addr;        // an address in this process holding its pid (CMA probe)
   std::atomic<std::uint32_t> cma;  // 1: this rank can read its peer's memory, 2: it cannot
   // Where this rank is in a group across hosts (HierGroup writes them): its
-  // count of collective calls on the whole group, since when (coarse_now(),
-  // ns) it waits for another host, 0 while it does not, and when it
-  // returned from its last such call, 0 while it is in one; a member that
-  // times out waiting for it inside the host says so.
+  // count of collective calls on the whole group, since when
+  // (coarse_now_ns()) it waits for another host, 0 while it does not, and
+  // when it returned from its last such call, 0 while it is in one; a
+  // member that times out waiting for it inside the host says so.
   std::atomic<std::uint64_t> outer_call;
   std::atomic<std::int64_t> across_since_ns;
   std::atomic<std::int64_t> outer_left_ns;

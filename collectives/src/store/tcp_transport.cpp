@@ -511,25 +511,22 @@ Status TcpTransport::recv_message(int peer, Tag tag, std::string* out, const Wai
 }
 
 // A split's message that came whole before its receive was posted: its
-// data goes to `dest` now.
-static void place_if_whole(std::string* head, bool* placed, char* dest, std::size_t keep, std::size_t len) {
+// data goes to `dest` now, and its storage to spare_.
+void TcpTransport::place_split(std::string* head, bool* placed, char* dest, std::size_t keep, std::size_t len) {
   if (*placed || head->size() != keep + len) return;
   std::memcpy(dest, head->data() + keep, len);
-  head->resize(keep);
   *placed = true;
+  if (head->capacity() <= kStageBytes) {
+    head->resize(keep);
+    return;
+  }
+  std::string kept(head->data(), keep);
+  recycle(std::move(*head));
+  *head = std::move(kept);
 }
 
 void TcpTransport::recycle(std::string&& bytes) {
   if (bytes.capacity() > std::max<std::size_t>(spare_.capacity(), kStageBytes)) spare_ = std::move(bytes);
-}
-
-void TcpTransport::place_split(std::string* head, bool* placed, char* dest, std::size_t keep, std::size_t len) {
-  const bool whole = !*placed;
-  place_if_whole(head, placed, dest, keep, len);
-  if (!whole || !*placed || head->capacity() <= kStageBytes) return;
-  std::string kept(*head);  // (the head alone: a copy sized to it)
-  recycle(std::move(*head));
-  *head = std::move(kept);
 }
 
 Status TcpTransport::recv_split(int peer, Tag tag, std::size_t keep, char* dest, std::size_t len,

@@ -273,7 +273,7 @@ class TcpTransport final : public Transport, public HostLinks {
   // pages each time.  Kept until the group is destroyed.
   std::string spare_;
   void recycle(std::string&& bytes);
-  // place_if_whole(), then the message's storage goes to spare_.
+  // A split's message that came whole: its data to dest, its storage to spare_.
   void place_split(std::string* head, bool* placed, char* dest, std::size_t keep, std::size_t len);
   std::vector<int> poll_who_;
   // The sending side of every link (out_fd, outq, out_off, queued, lost)

@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -30,18 +31,17 @@ namespace accrun::collectives::store {
 
 using Clock = std::chrono::steady_clock;
 
-// CLOCK_MONOTONIC_COARSE: Clock's clock (CLOCK_MONOTONIC on Linux) as of the
-// kernel's last tick, read from memory (4 ns here, against 26 for
-// Clock::now(), which reads the time stamp counter and, on a paravirtualised
-// clock, scales it).  It lags Clock by some milliseconds (3 to 7 here, 17
-// once), so its readings are compared only with each other: for the marks a
-// timeout message reads in milliseconds (a small call across hosts set
-// three, at a clock reading each).
-inline Clock::time_point coarse_now() {
+// CLOCK_MONOTONIC_COARSE in nanoseconds: Clock's clock (CLOCK_MONOTONIC on
+// Linux) as of the kernel's last tick, read from memory (4 ns here, against
+// 26 for Clock::now(), which reads the time stamp counter and, on a
+// paravirtualised clock, scales it).  It lags Clock by some milliseconds (3
+// to 7 here, 17 once), so its readings are compared only with each other:
+// for the marks a timeout message reads in milliseconds (a small call across
+// hosts set three, at a clock reading each).
+inline std::int64_t coarse_now_ns() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ts.tv_sec) +
-                                                                       std::chrono::nanoseconds(ts.tv_nsec)));
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
 // How long a call may wait, and what to call it in messages.
