@@ -942,8 +942,14 @@ void TcpTransport::read_link(int peer) {
           l.body_keep = l.body_total;
           l.direct = nullptr;
         }
-        if (l.body_keep > kStageBytes && spare_.capacity() >= l.body_keep) l.body = std::move(spare_);
-        l.body.assign(l.body_keep, '\0');
+        if (l.body_keep > kStageBytes && spare_.capacity() >= l.body_keep) {
+          // The spare keeps the size of its last message: shrinking to
+          // this one's writes nothing, and growing fills only the rest.
+          l.body = std::move(spare_);
+          l.body.resize(l.body_keep);
+        } else {
+          l.body.assign(l.body_keep, '\0');
+        }
       }
       std::size_t take = std::min(l.body_total - l.body_got, l.stage_end - at);
       while (take > 0) {  // at most two pieces: the kept head, then the rest
