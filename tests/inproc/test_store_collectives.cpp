@@ -215,6 +215,49 @@ TEST(StoreBroadcast, RootsRunAheadOfAStalledReader) {
   });
 }
 
+// The rounds' halves are rewritten every other round, once every reader is
+// known to be done with them: from their control lines, or from their boxes
+// of a later round.  Back to back, with the ranks knocked out of step (4
+// threads on fewer cores, and yields and sleeps that differ per rank and
+// call), small calls of every round kind (the box, the one-round slot,
+// reduce to rotating roots, whose other members wait on the root alone,
+// allgather of a box each) carry values of their own call: a half rewritten
+// while a member still reads it gives that member another call's values.
+TEST(StoreRounds, NoHalfIsRewrittenWhileAMemberStillReadsIt) {
+  constexpr int kRanks = 4;
+  World w;
+  w.run(spec("rounds", kRanks), [&](int r, Backend& b) {
+    for (int i = 0; i < 4000; ++i) {
+      const int kind = i % 4;
+      if ((i * 7 + r * 3) % 11 == 0) std::this_thread::yield();
+      if ((i + r * 5) % 97 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      const std::size_t count = kind == 0 ? 2 : 64;  // 8 B: in the box; 256 B: the slot
+      std::vector<std::int32_t> in(count), out(count * (kind == 3 ? kRanks : 1), -1);
+      for (std::size_t k = 0; k < count; ++k) in[k] = i * 8 + r + static_cast<std::int32_t>(k % 3);
+      auto want_sum = [&](std::size_t k) {
+        return kRanks * (i * 8 + static_cast<std::int32_t>(k % 3)) + kRanks * (kRanks - 1) / 2;
+      };
+      if (kind <= 1) {
+        const Status s = b.allreduce(in.data(), out.data(), count, DType::kInt32, Op::kSum, nullptr);
+        ASSERT_TRUE(s.is_ok()) << "call " << i << ": " << s.message();
+        for (std::size_t k = 0; k < count; ++k) ASSERT_EQ(out[k], want_sum(k)) << "call " << i << " at rank " << r;
+      } else if (kind == 2) {
+        const int root = (i / 4) % kRanks;
+        const Status s = b.reduce(in.data(), out.data(), count, DType::kInt32, Op::kSum, root, nullptr);
+        ASSERT_TRUE(s.is_ok()) << "call " << i << ": " << s.message();
+        for (std::size_t k = 0; k < count && r == root; ++k)
+          ASSERT_EQ(out[k], want_sum(k)) << "call " << i << " at root " << r;
+      } else {
+        const Status s = b.allgather(in.data(), out.data(), 2, DType::kInt32, nullptr);
+        ASSERT_TRUE(s.is_ok()) << "call " << i << ": " << s.message();
+        for (int q = 0; q < kRanks; ++q)
+          ASSERT_EQ(out[2 * q + 1], i * 8 + q + 1) << "call " << i << " at rank " << r << ", part " << q;
+      }
+    }
+    ASSERT_TRUE(b.barrier().is_ok());
+  });
+}
+
 // Small broadcasts across hosts go down a binomial tree of the hosts'
 // leaders, rooted at the root's leader.  From every rank in turn, back to
 // back, on host counts that are and are not powers of two (with the root's

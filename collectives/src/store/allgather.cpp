@@ -65,6 +65,7 @@ Status StoreGroup::allgather(const void* send, void* recv, std::size_t count_per
       ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
       std::memcpy(out + q * m, box(q, h), m);
     }
+    saw_all(v);
     end_round();
     return Status::ok();
   }

@@ -231,7 +231,7 @@ Status StoreGroup::wait_all(std::uint64_t v) {
   int first = 0;
   auto seq = [&](int q) { return shm_->ctrl(q).seq.load(std::memory_order_acquire); };
   while (first < size_ && seq(first) >= v) ++first;
-  if (first == size_) { known_min_ = std::max(known_min_, v); return Status::ok(); }
+  if (first == size_) { saw_all(v); return Status::ok(); }
   const Wait w = wait_spec();
   // Liveness of the first rank still missing: the one this call waits on.
   auto all = [&] {
@@ -251,7 +251,7 @@ Status StoreGroup::wait_all(std::uint64_t v) {
       if (seq(q) < v) missing.push_back(q);
     return shm_->timed_out(w, missing);
   });
-  if (s) known_min_ = std::max(known_min_, v);
+  if (s) saw_all(v);
   return s;
 }
 
@@ -294,6 +294,19 @@ Status StoreGroup::wait_box(int q, int h, std::uint64_t v) {
   auto ready = [&] { return c.load(std::memory_order_acquire) >= v; };
   return shm_->waiter().until(ready, [&] { return peer_elsewhere(q, ready); }, w.deadline,
                               [&] { return shm_->timed_out(w, {q}); });
+}
+
+// (A member publishes a box only after its part of every earlier round is
+// done, so its box at v says as much as its seq at v: begin_round's reuse
+// check then reads no member's control line.)
+Status StoreGroup::wait_boxes(int h, std::uint64_t v) {
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
+    ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
+  }
+  saw_all(v);
+  return Status::ok();
 }
 
 Status StoreGroup::wait_one(int q, std::uint64_t v) {

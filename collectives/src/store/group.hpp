@@ -177,6 +177,11 @@ class StoreGroup final : public Backend {
   Status wait_all(std::uint64_t v);
   Status wait_one(int q, std::uint64_t v);
   Status wait_box(int q, int h, std::uint64_t v);
+  // Every other member's box h at v, its signature checked; then every
+  // member is known to have published v (known_min_).
+  Status wait_boxes(int h, std::uint64_t v);
+  // This member saw every member's publication of v (a seq or a box).
+  void saw_all(std::uint64_t v) { known_min_ = std::max(known_min_, v); }
   // Every rank finished broadcast chunk v - 1; called only where
   // bring_[which].known_min < v.
   Status wait_bc_done(int which, std::uint64_t v);
@@ -214,7 +219,9 @@ class StoreGroup final : public Backend {
   std::uint64_t seq_ = 0;          // this rank's last published value
   std::uint64_t round_ = 0;        // data rounds so far; the half is round_ & 1
   std::uint64_t reuse_need_[2] = {0, 0};
-  std::uint64_t known_min_ = 0;    // every rank's seq is known to be at least this
+  // Every rank is known to have published at least this (in its seq, or
+  // in a box stamped with it): begin_round need not look.
+  std::uint64_t known_min_ = 0;
   // The broadcast rings (BRing): tiny, small, chunked.
   struct BRingState {
     std::uint64_t step = 0;       // chunks through this ring so far (the same on every rank)

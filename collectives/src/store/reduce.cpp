@@ -38,11 +38,7 @@ Status StoreGroup::reduce_to(const char* in, char* out, std::size_t count, DType
     std::memcpy(box(rank_, h), in, bytes);
     const std::uint64_t v = publish_box(h);
     if (wants) {
-      for (int q = 0; q < size_; ++q) {
-        if (q == rank_) continue;
-        ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
-        ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
-      }
+      ACCRUN_RETURN_IF_ERROR(wait_boxes(h, v));
       reduce_parts(dt, op, out, count, [&](int q) { return box(q, h); });
     } else {
       // The root this member names checks every signature; this member
@@ -54,17 +50,18 @@ Status StoreGroup::reduce_to(const char* in, char* out, std::size_t count, DType
     return Status::ok();
   }
   if (bytes <= shm_->half() && allreduce_in_one_round(tun_, bytes, size_, shm_->waiter().oversubscribed)) {
-    // One round: every rank copies in, then reduces every slot.
+    // One round: every rank copies in, then reduces every slot.  Published
+    // in the box, as above: the line a reader waits on holds the signature
+    // it checks next.
     const int h = begin_round();
     if (!ok_) return broken_;
     std::memcpy(slot(rank_, h), in, bytes);
-    const std::uint64_t v = publish();
+    const std::uint64_t v = publish_box(h);
     if (wants) {
-      ACCRUN_RETURN_IF_ERROR(guard(wait_all(v)));
-      ACCRUN_RETURN_IF_ERROR(check_all_sigs(h));
+      ACCRUN_RETURN_IF_ERROR(wait_boxes(h, v));
       reduce_parts(dt, op, out, count, [&](int q) { return slot(q, h); });
     } else {
-      ACCRUN_RETURN_IF_ERROR(guard(wait_one(root, v)));  // as above
+      ACCRUN_RETURN_IF_ERROR(guard(wait_box(root, h, v)));  // as above
       ACCRUN_RETURN_IF_ERROR(check_box_sig(root, h));
     }
     end_round();
