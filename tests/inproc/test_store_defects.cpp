@@ -340,6 +340,31 @@ TEST(StoreTimeout, NamesTheCallAndThePeersThatHadNotArrived) {
   });
 }
 
+// Every member that had not arrived is named, whichever round the call
+// takes: data in the box line (8 bytes) or in the slots (4 KB), both
+// waited on through the members' boxes.
+TEST(StoreTimeout, NamesEveryPeerThatHadNotArrivedInTheBoxAndSlotRounds) {
+  for (std::size_t count : {std::size_t{2}, std::size_t{1000}}) {
+    World w;
+    w.run(spec("late2", 4, 20'000, {4, 5, 6, 7}), [&](int r, Backend& b) {
+      if (r >= 2) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(600));
+        return;
+      }
+      b.set_timeout(200);
+      std::vector<float> v(count, 1.0f), out(v.size());
+      Status s = b.allreduce(v.data(), out.data(), v.size(), DType::kFloat32, Op::kSum, nullptr);
+      EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
+      if (r == 0 || s.message().find("gave up") == std::string::npos) {
+        EXPECT_TRUE(has(s, "allreduce timed out after 200 ms")) << count << ": " << s.message();
+        EXPECT_TRUE(has(s, "group rank 2 (job rank 6)")) << count << ": " << s.message();
+        EXPECT_TRUE(has(s, "group rank 3 (job rank 7)")) << count << ": " << s.message();
+        EXPECT_TRUE(has(s, "had not arrived")) << count << ": " << s.message();
+      }
+    });
+  }
+}
+
 // A member that never comes: the set-up's messages give the time the
 // set-up had (what was left of the group's creation time), never "0 ms",
 // and name the member; group rank 1 waits in its memory-reading probe for

@@ -227,15 +227,41 @@ std::pair<std::size_t, std::size_t> StoreGroup::slice(std::size_t n, std::size_t
 }
 
 Status StoreGroup::wait_all(std::uint64_t v) {
-  // Fast path: one pass over the counters.
+  return wait_every(v, [this](int q) { return shm_->ctrl(q).seq.load(std::memory_order_acquire); });
+}
+
+// (A member publishes a box only after its part of every earlier round is
+// done, so its box at v says as much as its seq at v: begin_round's reuse
+// check then reads no member's control line.)
+Status StoreGroup::wait_boxes(int h, std::uint64_t v) {
+  auto stamp = [this, h](int q) { return shm_->box(q, h).seq.load(std::memory_order_acquire); };
+  // The boxes already there are checked as they are read (one pass); at
+  // the first one missing, every member is waited for alike.
+  int q = 0;
+  for (; q < size_; ++q) {
+    if (q == rank_) continue;
+    if (stamp(q) < v) break;
+    ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
+  }
+  if (q < size_) {
+    ACCRUN_RETURN_IF_ERROR(guard(wait_every(v, stamp)));
+    for (; q < size_; ++q)
+      if (q != rank_) ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
+  }
+  saw_all(v);
+  return Status::ok();
+}
+
+template <class Stamp>
+Status StoreGroup::wait_every(std::uint64_t v, Stamp stamp) {
+  // Fast path: one pass over the stamps.
   int first = 0;
-  auto seq = [&](int q) { return shm_->ctrl(q).seq.load(std::memory_order_acquire); };
-  while (first < size_ && seq(first) >= v) ++first;
+  while (first < size_ && stamp(first) >= v) ++first;
   if (first == size_) { saw_all(v); return Status::ok(); }
   const Wait w = wait_spec();
   // Liveness of the first rank still missing: the one this call waits on.
   auto all = [&] {
-    while (first < size_ && seq(first) >= v) ++first;
+    while (first < size_ && stamp(first) >= v) ++first;
     return first == size_;
   };
   // (The check is on the member found missing, alone: one that arrived
@@ -243,12 +269,12 @@ Status StoreGroup::wait_all(std::uint64_t v) {
   // still missing.)
   auto elsewhere = [&] {
     const int q = first;
-    return peer_elsewhere(q, [&, q] { return seq(q) >= v; });
+    return peer_elsewhere(q, [&, q] { return stamp(q) >= v; });
   };
   Status s = shm_->waiter().until(all, elsewhere, w.deadline, [&] {
     std::vector<int> missing;
     for (int q = 0; q < size_; ++q)
-      if (seq(q) < v) missing.push_back(q);
+      if (stamp(q) < v) missing.push_back(q);
     return shm_->timed_out(w, missing);
   });
   if (s) saw_all(v);
@@ -294,19 +320,6 @@ Status StoreGroup::wait_box(int q, int h, std::uint64_t v) {
   auto ready = [&] { return c.load(std::memory_order_acquire) >= v; };
   return shm_->waiter().until(ready, [&] { return peer_elsewhere(q, ready); }, w.deadline,
                               [&] { return shm_->timed_out(w, {q}); });
-}
-
-// (A member publishes a box only after its part of every earlier round is
-// done, so its box at v says as much as its seq at v: begin_round's reuse
-// check then reads no member's control line.)
-Status StoreGroup::wait_boxes(int h, std::uint64_t v) {
-  for (int q = 0; q < size_; ++q) {
-    if (q == rank_) continue;
-    ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
-    ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
-  }
-  saw_all(v);
-  return Status::ok();
 }
 
 Status StoreGroup::wait_one(int q, std::uint64_t v) {

@@ -177,9 +177,13 @@ class StoreGroup final : public Backend {
   Status wait_all(std::uint64_t v);
   Status wait_one(int q, std::uint64_t v);
   Status wait_box(int q, int h, std::uint64_t v);
-  // Every other member's box h at v, its signature checked; then every
-  // member is known to have published v (known_min_).
+  // Every other member's box h at v, their signatures checked (a timeout
+  // names every member whose box is not there yet).
   Status wait_boxes(int h, std::uint64_t v);
+  // Every member's stamp(q) at v; a member seen missing is checked for
+  // liveness and for a call elsewhere; the timeout names every one missing.
+  template <class Stamp>
+  Status wait_every(std::uint64_t v, Stamp stamp);
   // This member saw every member's publication of v (a seq or a box).
   void saw_all(std::uint64_t v) { known_min_ = std::max(known_min_, v); }
   // Every rank finished broadcast chunk v - 1; called only where
