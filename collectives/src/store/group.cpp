@@ -230,9 +230,9 @@ Status StoreGroup::wait_all(std::uint64_t v) {
   return wait_every(v, [this](int q) { return shm_->ctrl(q).seq.load(std::memory_order_acquire); });
 }
 
-// (A member publishes a box only after its part of every earlier round is
-// done, so its box at v says as much as its seq at v: begin_round's reuse
-// check then reads no member's control line.)
+// (A member stamps a box at v only after its part of every earlier round is
+// done: what begin_round's reuse check needs to know, which its seq at v
+// says too, so that check then reads no member's control line.)
 Status StoreGroup::wait_boxes(int h, std::uint64_t v) {
   auto stamp = [this, h](int q) { return shm_->box(q, h).seq.load(std::memory_order_acquire); };
   // The boxes already there are checked as they are read (one pass); at

@@ -11,12 +11,16 @@
 //
 // Rounds.  Collectives run as a sequence of rounds.  In a round a rank may
 // write into its own current half, then publishes (seq += 1, release);
-// readers wait for the writer's seq (acquire) and read.  Every rank
-// publishes the same number of times in every collective, so seq values line
-// up across ranks.  A half is written again two rounds later, and only once
-// every rank's seq has reached the value it published first after the
-// earlier round — a rank publishes that only after finishing its reads — so
-// no extra synchronisation is needed and consecutive rounds pipeline.
+// readers wait for the writer's seq (acquire) and read.  Small rounds also
+// stamp the rank's box of the half with the value first (publish_box), and
+// their readers wait on that stamp: the box's line holds the signature they
+// check.  Every rank publishes the same number of times in every
+// collective, so seq values line up across ranks.  A half is written again
+// two rounds later, and only once every rank has published the value it
+// published first after the earlier round — a rank publishes that only after
+// finishing its reads — as its seq shows, or its box: a member that saw every
+// box at a value knows as much (saw_all).  So no extra synchronisation is
+// needed and consecutive rounds pipeline.
 //
 // Signatures.  The first round of every collective carries the call's
 // signature (which collective, count, dtype, op, root) in the rank's box;
@@ -178,7 +182,8 @@ class StoreGroup final : public Backend {
   Status wait_one(int q, std::uint64_t v);
   Status wait_box(int q, int h, std::uint64_t v);
   // Every other member's box h at v, their signatures checked (a timeout
-  // names every member whose box is not there yet).
+  // names every member whose box is not there yet); then every member is
+  // known to have published v (saw_all).
   Status wait_boxes(int h, std::uint64_t v);
   // Every member's stamp(q) at v; a member seen missing is checked for
   // liveness and for a call elsewhere; the timeout names every one missing.
