@@ -174,16 +174,19 @@ void StoreGroup::note_outer_call(std::uint64_t call) {
   shm_->ctrl(rank_).outer_call.store(call, std::memory_order_relaxed);
 }
 
-// (The marks' times are coarse_now_ns()'s: the messages that read them
-// count milliseconds, and a small call across hosts sets three.)
+namespace {
+// Now, never 0 (0 says "no mark").  (The marks' times are coarse_now_ns()'s:
+// the messages that read them count milliseconds, and a small call across
+// hosts sets three.)
+std::int64_t mark_now() { return std::max<std::int64_t>(coarse_now_ns(), 1); }
+}  // namespace
+
 void StoreGroup::note_in_outer_call(bool inside) {
-  shm_->ctrl(rank_).outer_left_ns.store(inside ? 0 : std::max<std::int64_t>(coarse_now_ns(), 1),
-                                        std::memory_order_relaxed);
+  shm_->ctrl(rank_).outer_left_ns.store(inside ? 0 : mark_now(), std::memory_order_relaxed);
 }
 
 void StoreGroup::note_across(bool waiting) {
-  shm_->ctrl(rank_).across_since_ns.store(waiting ? std::max<std::int64_t>(coarse_now_ns(), 1) : 0,
-                                          std::memory_order_relaxed);
+  shm_->ctrl(rank_).across_since_ns.store(waiting ? mark_now() : 0, std::memory_order_relaxed);
 }
 
 std::uint64_t StoreGroup::publish() {
@@ -271,12 +274,7 @@ Status StoreGroup::wait_every(std::uint64_t v, Stamp stamp) {
     const int q = first;
     return peer_elsewhere(q, [&, q] { return stamp(q) >= v; });
   };
-  Status s = shm_->waiter().until(all, elsewhere, w.deadline, [&] {
-    std::vector<int> missing;
-    for (int q = 0; q < size_; ++q)
-      if (stamp(q) < v) missing.push_back(q);
-    return shm_->timed_out(w, missing);
-  });
+  Status s = shm_->waiter().until(all, elsewhere, w.deadline, [&] { return shm_->timed_out(w, late(v, stamp)); });
   if (s) saw_all(v);
   return s;
 }
@@ -298,12 +296,8 @@ Status StoreGroup::wait_bc_done(int which, std::uint64_t v) {
       if (shm_->ctrl(first).seq.load(std::memory_order_acquire) <= seq_ || done()) return Status::ok();
       return out_of_order(describe_sig(sig_), shm_->describe(first) + " called another collective instead");
     };
-    Status s = shm_->waiter().until(done, elsewhere, w.deadline, [&] {
-      std::vector<int> missing;
-      for (int q = 0; q < size_; ++q)
-        if (done_of(q) < v) missing.push_back(q);
-      return shm_->timed_out(w, missing);
-    });
+    Status s = shm_->waiter().until(done, elsewhere, w.deadline,
+                                    [&] { return shm_->timed_out(w, late(v, done_of)); });
     if (!s) return s;
   }
   // Remember the true minimum: later roots skip the scan while it covers them.
@@ -313,22 +307,31 @@ Status StoreGroup::wait_bc_done(int which, std::uint64_t v) {
   return Status::ok();
 }
 
-Status StoreGroup::wait_box(int q, int h, std::uint64_t v) {
-  const auto& c = shm_->box(q, h).seq;
-  if (c.load(std::memory_order_acquire) >= v) return Status::ok();
-  const Wait w = wait_spec();
-  auto ready = [&] { return c.load(std::memory_order_acquire) >= v; };
-  return shm_->waiter().until(ready, [&] { return peer_elsewhere(q, ready); }, w.deadline,
-                              [&] { return shm_->timed_out(w, {q}); });
+Status StoreGroup::wait_box(int q, int h, std::uint64_t v, bool every_late) {
+  return wait_member(q, v, every_late,
+                     [this, h](int p) { return shm_->box(p, h).seq.load(std::memory_order_acquire); });
 }
 
 Status StoreGroup::wait_one(int q, std::uint64_t v) {
-  const auto& c = shm_->ctrl(q).seq;
-  if (c.load(std::memory_order_acquire) >= v) return Status::ok();
+  return wait_member(q, v, true, [this](int p) { return shm_->ctrl(p).seq.load(std::memory_order_acquire); });
+}
+
+template <class Stamp>
+Status StoreGroup::wait_member(int q, std::uint64_t v, bool every_late, Stamp stamp) {
+  if (stamp(q) >= v) return Status::ok();
   const Wait w = wait_spec();
-  auto ready = [&] { return c.load(std::memory_order_acquire) >= v; };
-  return shm_->waiter().until(ready, [&] { return peer_elsewhere(q, ready); }, w.deadline,
-                              [&] { return shm_->timed_out(w, {q}); });
+  auto ready = [&] { return stamp(q) >= v; };
+  return shm_->waiter().until(ready, [&] { return peer_elsewhere(q, ready); }, w.deadline, [&] {
+    return shm_->timed_out(w, every_late ? late(v, stamp) : std::vector<int>{q});
+  });
+}
+
+template <class Stamp>
+std::vector<int> StoreGroup::late(std::uint64_t v, Stamp stamp) const {
+  std::vector<int> missing;
+  for (int q = 0; q < size_; ++q)
+    if (stamp(q) < v) missing.push_back(q);
+  return missing;
 }
 
 template <class Ready>

@@ -179,8 +179,16 @@ class StoreGroup final : public Backend {
     for (int q = 1; q < size_; ++q) reduce_into(dt, op, out, part(q), count);
   }
   Status wait_all(std::uint64_t v);
+  // Member q's control line (wait_one) or box h (wait_box) at v, in a round
+  // every member publishes: a timeout names every member not there yet
+  // (for wait_box, unless !every_late: a wait on one member alone).
   Status wait_one(int q, std::uint64_t v);
-  Status wait_box(int q, int h, std::uint64_t v);
+  Status wait_box(int q, int h, std::uint64_t v, bool every_late = true);
+  template <class Stamp>
+  Status wait_member(int q, std::uint64_t v, bool every_late, Stamp stamp);
+  // The members whose stamp(q) is below v.
+  template <class Stamp>
+  std::vector<int> late(std::uint64_t v, Stamp stamp) const;
   // Every other member's box h at v, their signatures checked (a timeout
   // names every member whose box is not there yet); then every member is
   // known to have published v (saw_all).

@@ -43,7 +43,7 @@ Status StoreGroup::reduce_to(const char* in, char* out, std::size_t count, DType
     } else {
       // The root this member names checks every signature; this member
       // checks that root's, so members that disagree on the root fail too.
-      ACCRUN_RETURN_IF_ERROR(guard(wait_box(root, h, v)));
+      ACCRUN_RETURN_IF_ERROR(guard(wait_box(root, h, v, false)));
       ACCRUN_RETURN_IF_ERROR(check_box_sig(root, h));
     }
     end_round();
@@ -61,7 +61,7 @@ Status StoreGroup::reduce_to(const char* in, char* out, std::size_t count, DType
       ACCRUN_RETURN_IF_ERROR(wait_boxes(h, v));
       reduce_parts(dt, op, out, count, [&](int q) { return slot(q, h); });
     } else {
-      ACCRUN_RETURN_IF_ERROR(guard(wait_box(root, h, v)));  // as above
+      ACCRUN_RETURN_IF_ERROR(guard(wait_box(root, h, v, false)));  // as above
       ACCRUN_RETURN_IF_ERROR(check_box_sig(root, h));
     }
     end_round();
