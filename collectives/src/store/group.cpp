@@ -181,12 +181,13 @@ namespace {
 std::int64_t mark_now() { return std::max<std::int64_t>(coarse_now_ns(), 1); }
 }  // namespace
 
+// (Alone on its host, a member has nobody to read its marks.)
 void StoreGroup::note_in_outer_call(bool inside) {
-  shm_->ctrl(rank_).outer_left_ns.store(inside ? 0 : mark_now(), std::memory_order_relaxed);
+  if (size_ > 1) shm_->ctrl(rank_).outer_left_ns.store(inside ? 0 : mark_now(), std::memory_order_relaxed);
 }
 
 void StoreGroup::note_across(bool waiting) {
-  shm_->ctrl(rank_).across_since_ns.store(waiting ? mark_now() : 0, std::memory_order_relaxed);
+  if (size_ > 1) shm_->ctrl(rank_).across_since_ns.store(waiting ? mark_now() : 0, std::memory_order_relaxed);
 }
 
 std::uint64_t StoreGroup::publish() {
