@@ -348,22 +348,25 @@ TEST(StoreTimeout, NamesTheCallAndThePeersThatHadNotArrived) {
 TEST(StoreTimeout, NamesEveryPeerThatHadNotArrivedInTheBoxAndSlotRounds) {
   const std::pair<const char*, std::size_t> calls[] = {
       {"allreduce", 2}, {"allreduce", 1000}, {"allgather", 2}, {"allgather", 4096}};
-  for (const auto& [name, count] : calls) {
+  for (const auto& call : calls) {
+    const std::string name = call.first;
+    const std::size_t count = call.second;
     World w;
-    w.run(spec("late2", 4, 20'000, {4, 5, 6, 7}), [&, name = name, count = count](int r, Backend& b) {
+    w.run(spec("late2", 4, 20'000, {4, 5, 6, 7}), [&](int r, Backend& b) {
       if (r >= 2) {
         std::this_thread::sleep_for(std::chrono::milliseconds(600));
         return;
       }
       b.set_timeout(200);
       std::vector<float> v(count, 1.0f), out(4 * v.size());
-      const bool gather = std::string(name) == "allgather";
-      Status s = gather ? b.allgather(v.data(), out.data(), v.size(), DType::kFloat32, nullptr)
-                        : b.allreduce(v.data(), out.data(), v.size(), DType::kFloat32, Op::kSum, nullptr);
-      const std::string what = std::string(name) + " of " + std::to_string(count) + ": ";
+      Status s =
+          name == "allgather"
+              ? b.allgather(v.data(), out.data(), v.size(), DType::kFloat32, nullptr)
+              : b.allreduce(v.data(), out.data(), v.size(), DType::kFloat32, Op::kSum, nullptr);
+      const std::string what = name + " of " + std::to_string(count) + ": ";
       EXPECT_EQ(s.code(), Code::kTimeout) << what << s.message();
       if (r == 0 || s.message().find("gave up") == std::string::npos) {
-        EXPECT_TRUE(has(s, std::string(name) + " timed out after 200 ms")) << what << s.message();
+        EXPECT_TRUE(has(s, name + " timed out after 200 ms")) << what << s.message();
         EXPECT_TRUE(has(s, "group rank 2 (job rank 6)")) << what << s.message();
         EXPECT_TRUE(has(s, "group rank 3 (job rank 7)")) << what << s.message();
         EXPECT_TRUE(has(s, "had not arrived")) << what << s.message();

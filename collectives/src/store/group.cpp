@@ -183,11 +183,13 @@ std::int64_t mark_now() { return std::max<std::int64_t>(coarse_now_ns(), 1); }
 
 // (Alone on its host, a member has nobody to read its marks.)
 void StoreGroup::note_in_outer_call(bool inside) {
-  if (size_ > 1) shm_->ctrl(rank_).outer_left_ns.store(inside ? 0 : mark_now(), std::memory_order_relaxed);
+  if (size_ > 1)
+    shm_->ctrl(rank_).outer_left_ns.store(inside ? 0 : mark_now(), std::memory_order_relaxed);
 }
 
 void StoreGroup::note_across(bool waiting) {
-  if (size_ > 1) shm_->ctrl(rank_).across_since_ns.store(waiting ? mark_now() : 0, std::memory_order_relaxed);
+  if (size_ > 1)
+    shm_->ctrl(rank_).across_since_ns.store(waiting ? mark_now() : 0, std::memory_order_relaxed);
 }
 
 std::uint64_t StoreGroup::publish() {
@@ -275,7 +277,8 @@ Status StoreGroup::wait_every(std::uint64_t v, Stamp stamp) {
     const int q = first;
     return peer_elsewhere(q, [&, q] { return stamp(q) >= v; });
   };
-  Status s = shm_->waiter().until(all, elsewhere, w.deadline, [&] { return shm_->timed_out(w, late(v, stamp)); });
+  Status s = shm_->waiter().until(all, elsewhere, w.deadline,
+                                  [&] { return shm_->timed_out(w, late(v, stamp)); });
   if (s) saw_all(v);
   return s;
 }
@@ -309,12 +312,14 @@ Status StoreGroup::wait_bc_done(int which, std::uint64_t v) {
 }
 
 Status StoreGroup::wait_box(int q, int h, std::uint64_t v, bool every_late) {
-  return wait_member(q, v, every_late,
-                     [this, h](int p) { return shm_->box(p, h).seq.load(std::memory_order_acquire); });
+  return wait_member(q, v, every_late, [this, h](int p) {
+    return shm_->box(p, h).seq.load(std::memory_order_acquire);
+  });
 }
 
 Status StoreGroup::wait_one(int q, std::uint64_t v) {
-  return wait_member(q, v, true, [this](int p) { return shm_->ctrl(p).seq.load(std::memory_order_acquire); });
+  return wait_member(q, v, true,
+                     [this](int p) { return shm_->ctrl(p).seq.load(std::memory_order_acquire); });
 }
 
 template <class Stamp>
@@ -322,9 +327,9 @@ Status StoreGroup::wait_member(int q, std::uint64_t v, bool every_late, Stamp st
   if (stamp(q) >= v) return Status::ok();
   const Wait w = wait_spec();
   auto ready = [&] { return stamp(q) >= v; };
-  return shm_->waiter().until(ready, [&] { return peer_elsewhere(q, ready); }, w.deadline, [&] {
-    return shm_->timed_out(w, every_late ? late(v, stamp) : std::vector<int>{q});
-  });
+  return shm_->waiter().until(
+      ready, [&] { return peer_elsewhere(q, ready); }, w.deadline,
+      [&] { return shm_->timed_out(w, every_late ? late(v, stamp) : std::vector<int>{q}); });
 }
 
 template <class Stamp>
