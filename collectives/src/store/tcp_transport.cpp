@@ -635,9 +635,17 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
   if (ready()) return Status::ok();  // (most waits of a small call: before reading the clock)
   const auto start = Clock::now();
   auto next_check = start + kPeerCheck, next_left_look = start;
+  // The spin's window starts again whenever bytes of the awaited link come
+  // in: a large message streams in for milliseconds.
+  auto spun_from = start;
+  std::uint64_t seen = peer >= 0 ? links_[static_cast<std::size_t>(peer)].in_bytes : 0;
   for (;;) {
     if (ready()) return Status::ok();
     const auto now = Clock::now();
+    if (peer >= 0 && links_[static_cast<std::size_t>(peer)].in_bytes != seen) {
+      seen = links_[static_cast<std::size_t>(peer)].in_bytes;
+      spun_from = now;
+    }
     if (now >= next_check) {
       next_check = now + kPeerCheck;
       if (peer >= 0) {
@@ -695,7 +703,7 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
     } else if (!spin_ && now - start < std::chrono::milliseconds(10)) {
       look(peer);
       sched_yield();
-    } else if (spin_ && now - start < std::chrono::microseconds(200)) {
+    } else if (spin_ && now - spun_from < std::chrono::microseconds(200)) {
       look(peer);
     } else {
       progress(remaining_ms(w, 50));
