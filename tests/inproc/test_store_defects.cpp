@@ -343,8 +343,9 @@ TEST(StoreTimeout, NamesTheCallAndThePeersThatHadNotArrived) {
 // Every member that had not arrived is named, whichever round the call
 // takes: allreduce with data in the box line (8 bytes) or in the slots
 // (4 KB), both waited on through the members' boxes; allgather with data
-// in the box line (8 bytes) or in rounds of slots (16 KB per rank, on
-// these 4 ranks' oversubscribed host), waited on member by member.
+// in the box line (8 bytes) or in rounds of slots (16 KB per rank: the
+// harness counts a group of more than 2 as oversubscribed, where the
+// allgather takes no single-copy round), waited on member by member.
 TEST(StoreTimeout, NamesEveryPeerThatHadNotArrivedInTheBoxAndSlotRounds) {
   const std::pair<const char*, std::size_t> calls[] = {
       {"allreduce", 2}, {"allreduce", 1000}, {"allgather", 2}, {"allgather", 4096}};

@@ -690,7 +690,8 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
       }
     }
     // Non-blocking looks for the first 200 µs (an answer between hosts is
-    // often tens of microseconds away), then block in poll, 50 ms at most
+    // often tens of microseconds away), and on until 200 µs pass without
+    // bytes from the awaited peer (spun_from), then block in poll, 50 ms at most
     // between the checks above.  Where the host is oversubscribed, a look
     // and a yield of the CPU by turns for the first 10 ms instead (a short
     // call's): a rank that spins keeps the CPU from the ranks it waits for,

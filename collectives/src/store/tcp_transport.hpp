@@ -29,7 +29,8 @@
 // pair_buffer_max bytes queued towards one peer.
 //
 // Receiving happens on the caller's thread, inside its waits (a spin of
-// non-blocking looks for 200 µs, or on an oversubscribed host looks and
+// non-blocking looks until 200 µs pass without bytes from the awaited
+// peer, or on an oversubscribed host looks and
 // yields of the CPU by turns for 10 ms, then poll on every incoming
 // socket); what a send could not hand to the kernel at once
 // is written by the transport's writer thread.  A closed connection or a peer
