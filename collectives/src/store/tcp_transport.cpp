@@ -689,10 +689,10 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
                              (peer >= 0 ? " from " + describe(peer) + " (" + link_state(peer) + ")" : std::string()));
       }
     }
-    // Non-blocking looks for the first 200 µs (an answer between hosts is
-    // often tens of microseconds away), and on until 200 µs pass without
-    // bytes from the awaited peer (spun_from), then block in poll, 50 ms at most
-    // between the checks above.  Where the host is oversubscribed, a look
+    // Non-blocking looks until 200 µs pass without bytes from the awaited
+    // peer (spun_from; an answer between hosts is often tens of
+    // microseconds away), then block in poll, 50 ms at most between the
+    // checks above.  Where the host is oversubscribed, a look
     // and a yield of the CPU by turns for the first 10 ms instead (a short
     // call's): a rank that spins keeps the CPU from the ranks it waits for,
     // and one that blocks comes back through a wake-up that costs more,
