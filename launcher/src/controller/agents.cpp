@@ -2,6 +2,8 @@
 #include "controller/agents.hpp"
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -11,8 +13,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "accrun/log.hpp"
@@ -235,6 +237,15 @@ bool AgentSet::send(int index, uint16_t type, const std::string& payload) {
   int fd = agent_fd(index);
   std::string f = wire::encode_frame(type, payload);
   return fd >= 0 && write_all(fd, f.data(), f.size());
+}
+
+std::chrono::milliseconds AgentSet::unacknowledged(int index) const {
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  const int fd = agent_fd(index);
+  if (fd < 0 || ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 || ti.tcpi_unacked == 0)
+    return std::chrono::milliseconds(0);
+  return std::chrono::milliseconds(ti.tcpi_last_ack_recv);
 }
 
 Result<std::vector<wire::Frame>> AgentSet::receive(int index) {

@@ -274,4 +274,26 @@ ip link set vt-h3 up
 check "the silent host is named" "host h3: no word from its agent" "$(cat "$state/scratch/end.out")"
 # a host whose link went down cleans up after itself
 nothing_left "h3 after its link came back" "accrun --daemon"
+# A host lost while the job starts, before its agent has word of the launch
+# (here h3's link goes down while h4's agent is still on its way, 4 s late):
+# what the controller sends it goes unacknowledged, and 5 s of that name
+# the host lost, where waiting for its agent's first word took 30 s.
+late=$state/scratch/late-h4-agent
+printf '#!/bin/sh\n[ "$1" = h4 ] && sleep 4\nexec ssh -F %s "$@"\n' "$ACCRUN_TESTBED_SSH_CONFIG" >"$late"
+chmod +x "$late"
+t0=$(now)
+"$accrun" -n 8 --hostfile "$hosts" --launch-agent "$late" sleep 60 >"$state/scratch/start.out" 2>&1 &
+job=$!
+for _ in $(seq 200); do [ "$("$tb" hx h3 pgrep -c -f -- "accrun --daemon")" -ge 1 ] && break; sleep 0.05; done
+sleep 0.5  # its agent has proved the secret and sent its hello
+ip link set vt-h3 down
+wait $job
+rc=$?
+ip link set vt-h3 up
+took=$(elapsed "$t0")
+if [ "$rc" != 0 ] && awk -v t="$took" 'BEGIN{exit !(t <= 14)}'; then ok "h3's link down during the start: ended in $took s (exit $rc)"
+else bad "h3's link down during the start: took $took s (exit $rc)" "$(cat "$state/scratch/start.out")"; fi
+check "the unreachable host is named" "host h3: acknowledged nothing accrun sent it for 5 s" "$(cat "$state/scratch/start.out")"
+nothing_left "a host lost during the start" "sleep 60"
+nothing_left "h3 after its link came back, lost during the start" "accrun --daemon"
 exit $fail
