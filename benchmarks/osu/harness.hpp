@@ -248,14 +248,23 @@ inline int run(const Options& o, const std::vector<Impl>& impls, const Env& env)
   }
   std::vector<std::vector<double>> med(impls.size(), std::vector<double>(sizes.size(), 0));
   int failed = 0;
-  // One unrecorded round of every backend at the first size: the first
-  // calls after start-up pay for what no later size pays (page faults, new
-  // connections, the launch's own processes finishing); across the test
-  // bed's hosts the first size of a sweep measured up to 2.7 times its
-  // neighbours.
-  if (!sizes.empty())
-    for (const Impl& im : impls)
-      if (measure(o.bench, im, env, o, sizes[0], a, b) < 0) failed = 1;
+  // Unrecorded rounds of every backend at the first size, for a second at
+  // least (the longest over the ranks decides, so every rank runs as many):
+  // the first calls after start-up pay for what no later size pays (page
+  // faults, new connections, the launch's own processes finishing).  Across
+  // the test bed's hosts the first size of a sweep measured up to 2.7 times
+  // its neighbours without them, and after one round still 0.4-8.5 times,
+  // in either backend.
+  if (!sizes.empty()) {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    do {
+      for (const Impl& im : impls)
+        if (measure(o.bench, im, env, o, sizes[0], a, b) < 0) failed = 1;
+      // (A rank whose call failed stops every rank here.)
+    } while (env.max(failed != 0 ? 1e9 : std::chrono::duration<double>(Clock::now() - t0).count()) <
+             1.0);
+  }
   for (std::size_t si = 0; si < sizes.size(); ++si) {
     std::vector<std::vector<double>> samples(impls.size());
     for (int rep = 0; rep < o.reps; ++rep)
