@@ -11,7 +11,8 @@
 #   the same 2 x 1 tables with the store over libfabric's tcp provider;
 #   torch.distributed's gloo (gloo_bench.py) on both layouts when
 #   python3-torch is installed, each against the store alone (no MPI in
-#   the process, as in gloo's), ratio gloo / store per size;
+#   the process, as in gloo's), in three alternating launches of each,
+#   each size's median over them, ratio gloo / store per size;
 #   osu_bw --backend store between h1 and h2, object_get (accrun_get on h2
 #   of objects put on h1), and tcp_stream h1 -> h2 under the hosts' and
 #   the store's congestion control; the 2 x 1 tables again with every
@@ -59,33 +60,48 @@ if "$b/launcher/accrun" --version | grep -q "libfabric transport: built"; then
       "${pin[@]}" "$b/benchmarks/osu_$bench" --backend store,raw-mpi -m 8:4194304 -i 1000
   done
 fi
-# torch.distributed's gloo on the same hosts and sizes (Debian's python3-torch),
-# each table followed by the store alone (--backend store: no MPI in the
-# process, as in gloo's; MPI_Init changes how malloc returns memory) and the
-# ratio gloo / store per size.
+# torch.distributed's gloo on the same hosts and sizes (Debian's python3-torch)
+# against the store alone (--backend store: no MPI in the process, as in
+# gloo's; MPI_Init changes how malloc returns memory).  They cannot share a
+# launch, so each runs in three launches, alternating, and the tables give
+# each size's median over them (each launch's own figure being a median of
+# rounds); the launches' spread is the test bed's, which drifts from one
+# launch to the next.  Then the ratio gloo / store per size.
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 if "$py" -c "import torch" 2>/dev/null; then
-  alone=$(mktemp)
-  trap 'rm -f "$alone"' EXIT
+  runs=$(mktemp -d)
+  trap 'rm -rf "$runs"' EXIT
+  # median_table FILE...: each size's median over the files' "SIZE VALUE" lines
+  median_table() {
+    awk '/^ *[0-9]/ { v[$1] = v[$1] " " $2; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
+         END { for (i = 1; i <= n; i++) { k = split(substr(v[order[i]], 2), a, " ")
+                 for (x = 1; x <= k; x++) for (y = x + 1; y <= k; y++) if (a[y] + 0 < a[x] + 0) { t = a[x]; a[x] = a[y]; a[y] = t }
+                 printf "%-10s %12.2f\n", order[i], a[int((k + 1) / 2)] } }' "$@"
+  }
   for layout in "2 h1:1,h2:1 1000 8:4194304 1000" "8 h1:1,h2:1,h3:1,h4:1 20 8:4194304 100"; do
     set -- $layout
     wrap=()
     extra=(--oversubscribe)
     [ "$1" = 2 ] && wrap=("${pin[@]}") && extra=()
     for bench in allreduce bcast allgather; do
-      echo "## gloo $bench, $1 ranks on $2${extra[*]:+ (--oversubscribe: 2 ranks per host)}"
-      "$b/launcher/accrun" --timeout 900 -n "$1" -H "$2" "${extra[@]}" --launch-agent "$agent" -x GLOO_SOCKET_IFNAME=eth0 \
-        "${wrap[@]}" "$py" "$src/benchmarks/osu/gloo_bench.py" "$bench" -m "$4" -i "$3" | tee "$alone.gloo"
-      echo "## $bench, $1 ranks on $2, the store alone${extra[*]:+ (--oversubscribe: 2 ranks per host)}"
-      "$b/launcher/accrun" --timeout 900 -n "$1" -H "$2" "${extra[@]}" --launch-agent "$agent" \
-        "${wrap[@]}" "$b/benchmarks/osu_$bench" --backend store -m "$4" -i "$5" | tee "$alone"
+      for k in 1 2 3; do
+        "$b/launcher/accrun" --timeout 900 -n "$1" -H "$2" "${extra[@]}" --launch-agent "$agent" -x GLOO_SOCKET_IFNAME=eth0 \
+          "${wrap[@]}" "$py" "$src/benchmarks/osu/gloo_bench.py" "$bench" -m "$4" -i "$3" >"$runs/gloo.$k"
+        "$b/launcher/accrun" --timeout 900 -n "$1" -H "$2" "${extra[@]}" --launch-agent "$agent" \
+          "${wrap[@]}" "$b/benchmarks/osu_$bench" --backend store -m "$4" -i "$5" >"$runs/store.$k"
+      done
+      echo "## gloo $bench, $1 ranks on $2${extra[*]:+ (--oversubscribe: 2 ranks per host)}, median of 3 launches"
+      head -1 "$runs/gloo.1"
+      median_table "$runs"/gloo.? | tee "$runs/gloo"
+      echo "## $bench, $1 ranks on $2, the store alone${extra[*]:+ (--oversubscribe: 2 ranks per host)}, median of 3 launches"
+      median_table "$runs"/store.? | tee "$runs/store"
       echo "# ratio $bench: gloo / store alone"
-      awk 'FNR == 1 { f++ } /^ *[0-9]/ { if (f == 1) g[$1] = $2; else if ($1 in g) printf "%-10s %8.2f\n", $1, g[$1] / $2 }' \
-        "$alone.gloo" "$alone"
+      awk 'FNR == 1 { f++ } { if (f == 1) g[$1] = $2; else if ($1 in g) printf "%-10s %8.2f\n", $1, g[$1] / $2 }' \
+        "$runs/gloo" "$runs/store"
     done
   done
-  rm -f "$alone.gloo"
+  rm -rf "$runs"
 else
   echo "## gloo: python3-torch is not installed (scripts/install-deps.sh --bench installs it); skipped"
 fi
