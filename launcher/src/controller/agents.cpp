@@ -362,6 +362,8 @@ Status AgentSet::on_frame(Agent& a, uint16_t type, const std::string& payload) {
     h.cores = *cores;
     h.cores_from_xml = *from_xml;
     ++said_hello_;
+    log(LogLevel::kDebug, "host %s: its agent said hello (%d of %zu)", h.host.c_str(), said_hello_,
+        config_.hosts.size());
     for (auto it = unnamed_.begin(); it != unnamed_.end(); ++it) {
       if (it->get() == &a) {
         agents_[*index] = std::move(*it);

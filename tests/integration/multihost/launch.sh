@@ -282,10 +282,9 @@ late=$state/scratch/late-h4-agent
 printf '#!/bin/sh\n[ "$1" = h4 ] && sleep 4\nexec ssh -F %s "$@"\n' "$ACCRUN_TESTBED_SSH_CONFIG" >"$late"
 chmod +x "$late"
 t0=$(now)
-"$accrun" -n 8 --hostfile "$hosts" --launch-agent "$late" sleep 60 >"$state/scratch/start.out" 2>&1 &
+ACCRUN_LOG=debug "$accrun" -n 8 --hostfile "$hosts" --launch-agent "$late" sleep 60 >"$state/scratch/start.out" 2>&1 &
 job=$!
-for _ in $(seq 200); do [ "$("$tb" hx h3 pgrep -c -f -- "accrun --daemon")" -ge 1 ] && break; sleep 0.05; done
-sleep 0.5  # its agent has proved the secret and sent its hello
+for _ in $(seq 200); do grep -q "host h3: its agent said hello" "$state/scratch/start.out" && break; sleep 0.05; done
 ip link set vt-h3 down
 wait $job
 rc=$?
