@@ -172,8 +172,16 @@ int serve(int fd, int self, const std::string& me, char** envp, std::vector<Laun
       send_frame(fd, msg::kLaunchExited, w.data());
     }
     // Before its launch the controller may still be waiting for other
-    // hosts' agents: beat, but do not judge its silence yet.
+    // hosts' agents: beat, but do not judge its silence yet; only a host
+    // that acknowledges nothing (kControllerUnacked).
     upstream.tick();
+    if (upstream.controller_unreachable()) {
+      say(me, "the controller's host acknowledged nothing this agent sent for " +
+                  std::to_string(kControllerUnacked.count()) +
+                  " s (it or the network between is down); leaving");
+      status = 1;
+      break;
+    }
     pollfd p[2] = {{fd, POLLIN, 0}, {tree ? tree->fd() : -1, POLLIN, 0}};
     int rc = poll(p, 2, 100);
     if (rc <= 0) continue;

@@ -27,6 +27,12 @@ bool send_frame(int fd, uint16_t type, std::string_view payload);
 // The controller's silence past this is a lost controller (its host or
 // the network went away); it beats every second.
 constexpr auto kControllerSilence = std::chrono::seconds(4);
+// Before its launch an agent does not judge the controller's silence (the
+// controller may be waiting for other hosts' agents), but the controller's
+// host acknowledging none of its beats for this long, at two beats in a
+// row, means that host or the network between is down
+// (wire::unacknowledged).
+constexpr auto kControllerUnacked = std::chrono::seconds(5);
 
 class TreeLinks;
 
@@ -67,6 +73,8 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   // A frame whose payload is one u32 rank.
   void post_rank(uint16_t type, int rank);
   void beat_now();
+  // kControllerUnacked held at two beats in a row (tick() looks before each).
+  bool controller_unreachable() const { return unacked_checks_ >= 2; }
   wire::FrameDecoder& decoder() { return decoder_; }
   // Frames read in the same batch as the launch, after it: the daemon
   // handles them once its ranks have started (catch_up), and what it did
@@ -101,6 +109,7 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   std::map<std::string, uint64_t> answered_;  // signature -> rounds answered here
   bool whole_fences_fail_ = false;
   std::chrono::steady_clock::time_point last_beat_{};
+  int unacked_checks_ = 0;
   std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
   bool stopped_ = false;
   uint64_t next_id_ = 0;

@@ -2,8 +2,6 @@
 #include "controller/agents.hpp"
 
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -240,12 +238,7 @@ bool AgentSet::send(int index, uint16_t type, const std::string& payload) {
 }
 
 std::chrono::milliseconds AgentSet::unacknowledged(int index) const {
-  tcp_info ti{};
-  socklen_t len = sizeof ti;
-  const int fd = agent_fd(index);
-  if (fd < 0 || ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 || ti.tcpi_unacked == 0)
-    return std::chrono::milliseconds(0);
-  return std::chrono::milliseconds(ti.tcpi_last_ack_recv);
+  return wire::unacknowledged(agent_fd(index));
 }
 
 Result<std::vector<wire::Frame>> AgentSet::receive(int index) {

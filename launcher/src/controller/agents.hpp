@@ -88,11 +88,8 @@ class AgentSet {
   int agent_fd(int index) const;
   bool send(int index, uint16_t type, const std::string& payload);
   Result<std::vector<wire::Frame>> receive(int index);
-  // How long agent `index`'s host has acknowledged nothing, while some of
-  // what the controller sent it is unacknowledged (0 when all is, and for
-  // the agent on this host).  Its kernel acknowledges however busy the
-  // agent is, and also while the agent reads nothing (a closed window is
-  // answered), so only a host or network that is down lets this grow.
+  // wire::unacknowledged of agent `index`'s connection (0 for the agent on
+  // this host, over a socketpair).
   std::chrono::milliseconds unacknowledged(int index) const;
   void close_agent(int index);
   // Agent `index` is lost: its connection closes and, if this process

@@ -284,6 +284,14 @@ Result<int> accept_tcp(int listen_fd) {
   }
 }
 
+std::chrono::milliseconds unacknowledged(int fd) {
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  if (fd < 0 || ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 || ti.tcpi_unacked == 0)
+    return std::chrono::milliseconds(0);
+  return std::chrono::milliseconds(ti.tcpi_last_ack_recv);
+}
+
 Result<uint16_t> local_port(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;

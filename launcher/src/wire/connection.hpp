@@ -114,6 +114,14 @@ Result<int> listen_tcp(const std::string& bind_address, uint16_t port);
 // no connection is pending.  Never blocks.  Errors: Code::kSystem.
 Result<int> accept_tcp(int listen_fd);
 
+// How long the peer's host has acknowledged nothing on connection `fd`
+// while some of what was sent on it is unacknowledged; 0 when all of it is,
+// and for a socket that is not TCP.  The peer's kernel acknowledges however
+// busy its process is, and answers a closed window too, so only a host or a
+// network that is down lets this grow (TCP_USER_TIMEOUT, by contrast, also
+// ends a connection whose reader merely stops reading).
+std::chrono::milliseconds unacknowledged(int fd);
+
 // The local port a socket is bound to.  Errors: Code::kSystem (getsockname),
 // Code::kInvalidArgument when the socket is not IPv4/IPv6.
 Result<uint16_t> local_port(int fd);
