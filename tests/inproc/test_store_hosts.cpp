@@ -117,13 +117,25 @@ TEST_P(StoreHosts, LargeCollectivesTouchNoNewPagesPerCall) {
               return u.ru_minflt;
             };
             for (int i = 0; i < 3; ++i) calls();
-            const long before = faults();
-            constexpr int kRounds = 8;
-            for (int i = 0; i < kRounds; ++i) calls();
-            const long per_round = (faults() - before) / kRounds;
+            // Each round counted apart, and the median round judged: now
+            // and then a block of some MiB is still taken once (a CI run
+            // counted 1,024 pages over 8 rounds: one 4 MiB block), where a
+            // call that took new memory each time showed in every round
+            // (1,539-8,210 pages per round).
+            constexpr int kRounds = 9;
+            long rounds[kRounds];
+            for (long& round : rounds) {
+              const long before = faults();
+              calls();
+              round = faults() - before;
+            }
+            std::sort(rounds, rounds + kRounds);
+            const long per_round = rounds[kRounds / 2];
             // (A round moves 12 MiB through each member: 3,072 pages.)
-            EXPECT_LT(per_round, 128) << layout << ", group rank " << r << ": " << per_round
-                                     << " pages first touched per round of three calls";
+            EXPECT_LT(per_round, 128)
+                << layout << ", group rank " << r << ": " << per_round
+                << " pages first touched in the median round of three calls (rounds from "
+                << rounds[0] << " to " << rounds[kRounds - 1] << ")";
           });
   }
 }
