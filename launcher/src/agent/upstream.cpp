@@ -13,7 +13,6 @@
 #include "controller/protocol.hpp"
 #include "iof.hpp"
 #include "wire/codec.hpp"
-#include "wire/connection.hpp"
 
 namespace accrun::launcher {
 
@@ -322,9 +321,7 @@ bool AgentUpstream::tick() {
   auto now = std::chrono::steady_clock::now();
   if (now - last_beat_ >= std::chrono::seconds(1)) {
     last_beat_ = now;
-    // (Before this beat goes out, what went before it is acknowledged by a
-    // host that is up.)
-    unacked_checks_ = wire::unacknowledged(fd_) >= kControllerUnacked ? unacked_checks_ + 1 : 0;
+    unreachable_ = unacked_.lost(fd_, kControllerUnacked);
     post(msg::kHeartbeat, "");
   }
   // The controller beats every second too: silence means its host or

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "agent/node_daemon.hpp"
+#include "wire/connection.hpp"
 #include "wire/frame.hpp"
 
 namespace accrun::launcher {
@@ -73,8 +74,8 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   // A frame whose payload is one u32 rank.
   void post_rank(uint16_t type, int rank);
   void beat_now();
-  // kControllerUnacked held at two beats in a row (tick() looks before each).
-  bool controller_unreachable() const { return unacked_checks_ >= 2; }
+  // wire::UnackedWatch with kControllerUnacked (tick() looks before each beat).
+  bool controller_unreachable() const { return unreachable_; }
   wire::FrameDecoder& decoder() { return decoder_; }
   // Frames read in the same batch as the launch, after it: the daemon
   // handles them once its ranks have started (catch_up), and what it did
@@ -109,7 +110,8 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   std::map<std::string, uint64_t> answered_;  // signature -> rounds answered here
   bool whole_fences_fail_ = false;
   std::chrono::steady_clock::time_point last_beat_{};
-  int unacked_checks_ = 0;
+  wire::UnackedWatch unacked_;
+  bool unreachable_ = false;
   std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
   bool stopped_ = false;
   uint64_t next_id_ = 0;

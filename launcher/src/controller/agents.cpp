@@ -74,6 +74,7 @@ struct AgentSet::Agent {
   int fd = -1;
   int index = -1;
   wire::FrameDecoder decoder;
+  wire::UnackedWatch unacked;
 };
 
 AgentSet::AgentSet(AgentsConfig config) : config_(std::move(config)) {}
@@ -237,8 +238,9 @@ bool AgentSet::send(int index, uint16_t type, const std::string& payload) {
   return fd >= 0 && write_all(fd, f.data(), f.size());
 }
 
-std::chrono::milliseconds AgentSet::unacknowledged(int index) const {
-  return wire::unacknowledged(agent_fd(index));
+bool AgentSet::unacknowledged_for(int index, std::chrono::milliseconds limit) {
+  const auto& a = agents_[static_cast<size_t>(index)];
+  return a && a->unacked.lost(a->fd, limit);
 }
 
 Result<std::vector<wire::Frame>> AgentSet::receive(int index) {

@@ -88,9 +88,9 @@ class AgentSet {
   int agent_fd(int index) const;
   bool send(int index, uint16_t type, const std::string& payload);
   Result<std::vector<wire::Frame>> receive(int index);
-  // wire::unacknowledged of agent `index`'s connection (0 for the agent on
-  // this host, over a socketpair).
-  std::chrono::milliseconds unacknowledged(int index) const;
+  // Agent `index`'s host judged lost by wire::UnackedWatch (never the agent
+  // on this host, over a socketpair); called once a second, before a beat.
+  bool unacknowledged_for(int index, std::chrono::milliseconds limit);
   void close_agent(int index);
   // Agent `index` is lost: its connection closes and, if this process
   // started it, its launch agent (ssh waiting on a dead link) is killed now.

@@ -113,8 +113,6 @@ class Controller {
   std::vector<int> host_of_agent_;           // agent index -> plan host (-1: no ranks)
   std::vector<bool> done_;                   // agent reported kDone or was lost
   std::vector<Clock::time_point> last_seen_;
-  std::vector<int> unacked_checks_;  // beats in a row before which its host had acknowledged
-                                     // nothing for kUnackedLimit
   std::vector<bool> heard_since_launch_;       // its event loop runs (kPhase 1): beats are due every second
   std::vector<bool> ranks_started_;            // it said kPhase 1 once: its ranks started
   std::optional<int> exit_code_;
@@ -593,7 +591,6 @@ int Controller::launch() {
   done_.assign(entries_.size(), false);
   last_seen_.assign(entries_.size(), Clock::now());
   heard_since_launch_.assign(entries_.size(), false);
-  unacked_checks_.assign(entries_.size(), 0);
   ranks_started_.assign(entries_.size(), false);
   // An agent lost here is handled once every other has its launch: what
   // its loss tells them (kFencesFail) must come after their kLaunch.
@@ -1208,19 +1205,12 @@ int Controller::loop() {
       for (auto& seen : last_seen_) seen = std::max(seen, now - std::chrono::milliseconds(500));
     if (now - last_beat >= std::chrono::seconds(1)) {
       last_beat = now;
-      // Before this beat goes out, what went before it is acknowledged by
-      // a host that is up.  Twice in a row, a second apart: the first time
-      // may follow a pause of this process's own (a slow reader of the
-      // output, Ctrl-Z) during which the agent was silent too.
-      for (size_t a = 0; a < done_.size(); ++a) {
-        if (done_[a]) continue;
-        int& checks = unacked_checks_[a];
-        checks = agents_->unacknowledged(static_cast<int>(a)) >= kUnackedLimit ? checks + 1 : 0;
-        if (checks >= 2)
+      // Before this beat goes out (wire::UnackedWatch).
+      for (size_t a = 0; a < done_.size(); ++a)
+        if (!done_[a] && agents_->unacknowledged_for(static_cast<int>(a), kUnackedLimit))
           on_lost(static_cast<int>(a), "acknowledged nothing accrun sent it for " +
                                            std::to_string(kUnackedLimit.count()) +
                                            " s (the host or its network is down)");
-      }
       // Agents whose ranks are done hear it too: one may still serve its
       // host's objects to the others, and ends when we go silent.
       for (size_t a = 0; a < done_.size(); ++a) agents_->send(static_cast<int>(a), msg::kHeartbeat, "");

@@ -122,6 +122,23 @@ Result<int> accept_tcp(int listen_fd);
 // ends a connection whose reader merely stops reading).
 std::chrono::milliseconds unacknowledged(int fd);
 
+// The rule both ends of the controller's connections judge a lost host by,
+// looked at once a second just before a beat goes out (by then a host that
+// is up has acknowledged what went before it): unacknowledged() at least
+// `limit` at two looks in a row.  Twice, because the first look may follow
+// a pause of this process's own (Ctrl-Z, a slow reader of its output)
+// during which the peer was silent too.
+class UnackedWatch {
+ public:
+  bool lost(int fd, std::chrono::milliseconds limit) {
+    looks_ = unacknowledged(fd) >= limit ? looks_ + 1 : 0;
+    return looks_ >= 2;
+  }
+
+ private:
+  int looks_ = 0;
+};
+
 // The local port a socket is bound to.  Errors: Code::kSystem (getsockname),
 // Code::kInvalidArgument when the socket is not IPv4/IPv6.
 Result<uint16_t> local_port(int fd);
