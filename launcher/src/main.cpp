@@ -53,8 +53,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (std::string mark = forward_open_mpi_settings(*opts, environ); !mark.empty())
-    accrun::log(accrun::LogLevel::kDebug, "inside another launcher's job (%s is set): no OMPI_MCA_* variable is "
-                "passed to the ranks unless named with -x", mark.c_str());
+    accrun::log(accrun::LogLevel::kDebug,
+                "inside another launcher's job (%s is set): no OMPI_MCA_* or PMIX_MCA_* "
+                "variable is passed to the ranks unless named with -x",
+                mark.c_str());
   // Inside a Slurm allocation the allocation is the host list.
   if (accrun::Status s = apply_slurm_allocation(*opts, environ); !s) {
     std::fprintf(stderr, "accrun: %s\n", s.message().c_str());

@@ -551,7 +551,11 @@ std::string forward_open_mpi_settings(Options& o, char** envp) {
     const std::string_view name = entry.substr(0, eq);
     for (std::string_view mark : kJobMarks)
       if (name.substr(0, mark.size()) == mark) return std::string(name);
-    if (name.size() > 9 && name.substr(0, 9) == "OMPI_MCA_" && valid_variable_name(name))
+    // Open MPI's settings and its PMIx library's (both ends of a rank's
+    // PMIx connection read PMIX_MCA_*: the agents apply them too).
+    const std::string_view prefix = name.substr(0, 9);
+    if (name.size() > 9 && (prefix == "OMPI_MCA_" || prefix == "PMIX_MCA_") &&
+        valid_variable_name(name))
       settings.emplace_back(std::string(name), std::string(entry.substr(eq + 1)));
   }
   for (auto& setting : settings) {

@@ -84,12 +84,13 @@ Result<Options> parse_options(int argc, const char* const* argv);
 // is bad input, named with what it takes.
 Status check_environment(char** envp);
 
-// Open MPI's settings in accrun's environment (OMPI_MCA_*) reach every
-// rank on every host, as under mpirun: each one not named with -x is added
-// to o.exports with accrun's value.  Not when accrun itself runs inside a
-// job of an enclosing launcher (the variable that shows it names it in the
-// return value, else it is empty): then every OMPI_MCA_* variable may be
-// that launcher's, and none is passed on unless named with -x.
+// Open MPI's and its PMIx library's settings in accrun's environment
+// (OMPI_MCA_*, PMIX_MCA_*) reach every rank on every host, as under mpirun:
+// each one not named with -x is added to o.exports with accrun's value.  Not
+// when accrun itself runs inside a job of an enclosing launcher (the
+// variable that shows it names it in the return value, else it is empty):
+// then every such variable may be that launcher's, and none is passed on
+// unless named with -x.
 std::string forward_open_mpi_settings(Options& o, char** envp);
 // The --help text.
 std::string usage();

@@ -1141,6 +1141,18 @@ Status Daemon::prepare() {
   queue_ = std::make_unique<UpcallQueue>();
   if (!queue_->valid()) return system_error("eventfd");
   trace(t0_, "queue made");
+  // PMIx's settings that the ranks get (PMIX_MCA_*, forwarded or named
+  // with -x) are this server's too: both ends of a rank's connection read
+  // them, and an agent on another host did not inherit accrun's.
+  {
+    Env settings;
+    apply_exports(settings, cfg_);
+    for (const auto& [k, v] : settings)
+      if (k.rfind("PMIX_MCA_", 0) == 0) {
+        setenv(k.c_str(), v.c_str(), 1);
+        log(LogLevel::kDebug, "PMIx server setting %s=%s (the ranks')", k.c_str(), v.c_str());
+      }
+  }
   auto server = PmixServer::start(rendezvous_, queue_.get(), this);
   trace(t0_, "server started");
   if (!server) return server.status();

@@ -296,24 +296,29 @@ TEST(Launcher, ExportsWdirAndInheritedLauncherVariables) {
         << l;
 }
 
-// Open MPI's settings in accrun's environment reach the ranks as under
-// mpirun, a -x value wins over one; its other variables stay out.  Inside
-// another launcher's job (a PMIx, PMI or Open MPI rank's variables set)
-// none is passed: they may be that launcher's.
+// Open MPI's and PMIx's settings in accrun's environment reach the ranks
+// as under mpirun, a -x value wins over one; the other variables of those
+// prefixes stay out.  Inside another launcher's job (a PMIx, PMI or Open
+// MPI rank's variables set) none is passed: they may be that launcher's.
 TEST(Launcher, OpenMpiSettingsReachTheRanksOutsideAnotherLaunchersJob) {
-  const std::string show = "echo \"btl=${OMPI_MCA_btl-unset} pml=${OMPI_MCA_pml-unset} foo=${OMPI_FOO-unset}\"";
+  const std::string show =
+      "echo \"btl=${OMPI_MCA_btl-unset} pml=${OMPI_MCA_pml-unset} foo=${OMPI_FOO-unset} "
+      "pmix=${PMIX_MCA_accrun_probe-unset} pfoo=${PMIX_FOO-unset}\"";
   RunResult r = run({"-n", "2", "-x", "OMPI_MCA_pml=ob1", "sh", "-c", show},
-                    {"OMPI_MCA_btl=self,vader", "OMPI_MCA_pml=ucx", "OMPI_FOO=2"});
+                    {"OMPI_MCA_btl=self,vader", "OMPI_MCA_pml=ucx", "OMPI_FOO=2",
+                     "PMIX_MCA_accrun_probe=p", "PMIX_FOO=3"});
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(r.out, "btl=self,vader pml=ob1 foo=unset\nbtl=self,vader pml=ob1 foo=unset\n");
+  EXPECT_EQ(r.out,
+            "btl=self,vader pml=ob1 foo=unset pmix=p pfoo=unset\n"
+            "btl=self,vader pml=ob1 foo=unset pmix=p pfoo=unset\n");
   RunResult dry = run({"--dry-run", "--json", "-n", "1", "true"}, {"OMPI_MCA_btl=self,vader"});
   ASSERT_EQ(dry.status, 0) << dry.err;
   EXPECT_NE(dry.out.find("\"OMPI_MCA_btl\": \"self,vader\""), std::string::npos) << dry.out;
   for (const char* mark : {"PMIX_NAMESPACE=prterun-h-1@1", "PMIX_RANK=0", "PMI_FD=5", "OMPI_COMM_WORLD_SIZE=4"}) {
     RunResult in = run({"-n", "1", "-x", "OMPI_MCA_pml=ob1", "sh", "-c", show},
-                       {mark, "OMPI_MCA_btl=self,vader", "OMPI_FOO=2"});
+                       {mark, "OMPI_MCA_btl=self,vader", "OMPI_FOO=2", "PMIX_MCA_accrun_probe=p"});
     ASSERT_EQ(in.status, 0) << mark << ": " << in.err;
-    EXPECT_EQ(in.out, "btl=unset pml=ob1 foo=unset\n") << mark;
+    EXPECT_EQ(in.out, "btl=unset pml=ob1 foo=unset pmix=unset pfoo=unset\n") << mark;
   }
 }
 

@@ -19,14 +19,14 @@ mpi_spawn=$7
 hosts=$ACCRUN_TESTBED_HOSTFILE
 agent="ssh -F $ACCRUN_TESTBED_SSH_CONFIG"
 
-# 1. Rank environment and tags; Open MPI's settings in accrun's
+# 1. Rank environment and tags; Open MPI's and PMIx's settings in accrun's
 # environment reach every host's ranks, as under mpirun.
-out=$(OMPI_MCA_accrun_probe="a b" "$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" --tag-output \
-  sh -c 'echo "$(hostname) $ACCRUN_RANK/$ACCRUN_SIZE local $ACCRUN_LOCAL_RANK/$ACCRUN_LOCAL_SIZE node $ACCRUN_NODE_RANK $MASTER_ADDR:$MASTER_PORT mca=${OMPI_MCA_accrun_probe-unset}"' 2>&1)
-check "exit 0 and 8 tagged lines" "^\[h1:0\] h1 0/8 local 0/2 node 0 h1:[0-9]+ mca=a b$" "$out"
+out=$(OMPI_MCA_accrun_probe="a b" PMIX_MCA_accrun_probe=c "$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" --tag-output \
+  sh -c 'echo "$(hostname) $ACCRUN_RANK/$ACCRUN_SIZE local $ACCRUN_LOCAL_RANK/$ACCRUN_LOCAL_SIZE node $ACCRUN_NODE_RANK $MASTER_ADDR:$MASTER_PORT mca=${OMPI_MCA_accrun_probe-unset} pmix=${PMIX_MCA_accrun_probe-unset}"' 2>&1)
+check "exit 0 and 8 tagged lines" "^\[h1:0\] h1 0/8 local 0/2 node 0 h1:[0-9]+ mca=a b pmix=c$" "$out"
 for r in 0 1 2 3 4 5 6 7; do
   h=h$((r / 2 + 1))
-  check "rank $r on $h" "^\[$h:$r\] $h $r/8 local $((r % 2))/2 node $((r / 2)) h1:[1-9][0-9]* mca=a b$" "$out"
+  check "rank $r on $h" "^\[$h:$r\] $h $r/8 local $((r % 2))/2 node $((r / 2)) h1:[1-9][0-9]* mca=a b pmix=c$" "$out"
 done
 
 # 2. Open MPI by direct launch across 4 hosts x 2.
@@ -38,12 +38,14 @@ n=$(grep -c "size=8 shared=2 sum=36 expect=36" <<<"$out")
 # 2b. The same with the agents started as a chain (--fanout 1): h1 starts
 # h2, h2 starts h3, h3 starts h4, and whole-job fences gather along the
 # chain over the hosts' own links.
-out=$(ACCRUN_LOG=debug "$accrun" -n 8 --fanout 1 --hostfile "$hosts" --launch-agent "$agent {host} env ACCRUN_LOG=debug {cmd}" \
+out=$(ACCRUN_LOG=debug PMIX_MCA_accrun_probe=on "$accrun" -n 8 --fanout 1 --hostfile "$hosts" --launch-agent "$agent {host} env ACCRUN_LOG=debug {cmd}" \
   "${mpi_env[@]}" "$mpi_hello" 2>&1)
 rc=$?
 n=$(grep -c "size=8 shared=2 sum=36 expect=36" <<<"$out")
 [ "$rc" = 0 ] && [ "$n" = 8 ] && ok "Open MPI across a chain of 4 agents: allreduce 36" || bad "Open MPI across a chain of agents (exit $rc, $n good lines)" "$out"
 check "h4's fence contributions reach the controller through h3, h2 and h1" "fence \\*: 4 host\\(s\\) from here and below go up" "$out"
+n=$(grep -c "PMIx server setting PMIX_MCA_accrun_probe=on (the ranks')" <<<"$out")
+[ "$n" = 4 ] && ok "every host's PMIx server takes the ranks' PMIx settings" || bad "PMIx settings in the agents ($n of 4)" "$out"
 
 # 3. MPI_Abort(7) on h3: exit 7, no survivors anywhere.
 out=$("$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" "${mpi_env[@]}" "$mpi_hello" abort=5:7 2>&1)
