@@ -535,17 +535,21 @@ int Controller::launch() {
   RunConfig cfg;
   cfg.command = options_.command;
   cfg.wdir = options_.wdir;
-  if (!cfg.wdir) {
+  char cwd[4096];
+  const bool have_cwd = getcwd(cwd, sizeof cwd) != nullptr;
+  if (!cfg.wdir && have_cwd) {
     // Ranks start where accrun was started, on hosts where that directory
     // exists (a shared file system), else in the agent's home (as mpirun).
-    char cwd[4096];
-    if (getcwd(cwd, sizeof cwd) != nullptr) {
-      cfg.wdir = std::string(cwd);
-      cfg.wdir_soft = true;
-    }
+    cfg.wdir = std::string(cwd);
+    cfg.wdir_soft = true;
   }
   cfg.tag_output = options_.tag_output;
   cfg.output_dir = options_.output_dir;
+  // A relative --output-dir is under accrun's working directory on every
+  // host (as mpirun's --output-filename), not under each agent's own (the
+  // login's home directory on another host).
+  if (cfg.output_dir && cfg.output_dir->front() != '/' && have_cwd)
+    cfg.output_dir = std::string(cwd) + "/" + *cfg.output_dir;
   cfg.stdin_mode = options_.stdin_mode;
   cfg.stdin_rank = options_.stdin_rank;
   // This host only: its agent, forked here, reads accrun's stdin itself (a

@@ -155,6 +155,17 @@ awk -v t="$took" 'BEGIN{exit !(t < 5)}' && ok "and the job ended in $took s" || 
 nothing_left "a program missing on one host" "sleep 22"
 "$tb" hx h1 rm -f /tmp/only-h1.sh
 
+# 6d. A relative --output-dir is under accrun's working directory on every
+# host (as mpirun's --output-filename), not under each agent's home.
+od=accrun-od-$$
+out=$(cd /tmp && "$accrun" -n 2 -H h1:1,h2:1 --launch-agent "$agent" --output-dir "$od" sh -c 'echo "out $ACCRUN_RANK"' 2>&1)
+check "a relative --output-dir across hosts gives 0" "^0$" "$?"
+for r in 0 1; do
+  got=$("$tb" hx h$((r + 1)) sh -c "cat /tmp/$od/rank.$r/stdout; ls -d ~/$od 2>/dev/null" 2>&1)
+  [ "$got" = "out $r" ] && ok "rank $r's output is in h$((r + 1)):/tmp/$od" || bad "rank $r's output in h$((r + 1)):/tmp/$od" "$got"
+  "$tb" hx h$((r + 1)) rm -rf "/tmp/$od"
+done
+
 # 7. Output: 4 hosts x 2 ranks x 50,000 lines, every line whole and tagged once.
 "$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" --tag-output "$flood" 50000 >"$state/scratch/flood.out" 2>&1
 rc=$?
