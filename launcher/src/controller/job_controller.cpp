@@ -534,9 +534,16 @@ int Controller::launch() {
   }
   RunConfig cfg;
   cfg.command = options_.command;
-  cfg.wdir = options_.wdir;
+  // A relative --wdir or --output-dir is under accrun's working directory
+  // on every host (as mpirun's), not under each agent's own (the login's
+  // home directory on another host).
   char cwd[4096];
   const bool have_cwd = getcwd(cwd, sizeof cwd) != nullptr;
+  auto absolute = [&](std::optional<std::string> dir) {
+    if (dir && dir->front() != '/' && have_cwd) dir = std::string(cwd) + "/" + *dir;
+    return dir;
+  };
+  cfg.wdir = absolute(options_.wdir);
   if (!cfg.wdir && have_cwd) {
     // Ranks start where accrun was started, on hosts where that directory
     // exists (a shared file system), else in the agent's home (as mpirun).
@@ -544,12 +551,7 @@ int Controller::launch() {
     cfg.wdir_soft = true;
   }
   cfg.tag_output = options_.tag_output;
-  cfg.output_dir = options_.output_dir;
-  // A relative --output-dir is under accrun's working directory on every
-  // host (as mpirun's --output-filename), not under each agent's own (the
-  // login's home directory on another host).
-  if (cfg.output_dir && cfg.output_dir->front() != '/' && have_cwd)
-    cfg.output_dir = std::string(cwd) + "/" + *cfg.output_dir;
+  cfg.output_dir = absolute(options_.output_dir);
   cfg.stdin_mode = options_.stdin_mode;
   cfg.stdin_rank = options_.stdin_rank;
   // This host only: its agent, forked here, reads accrun's stdin itself (a

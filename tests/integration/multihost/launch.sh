@@ -155,9 +155,14 @@ awk -v t="$took" 'BEGIN{exit !(t < 5)}' && ok "and the job ended in $took s" || 
 nothing_left "a program missing on one host" "sleep 22"
 "$tb" hx h1 rm -f /tmp/only-h1.sh
 
-# 6d. A relative --output-dir is under accrun's working directory on every
-# host (as mpirun's --output-filename), not under each agent's home.
+# 6d. A relative --wdir or --output-dir is under accrun's working directory
+# on every host (as under mpirun), not under each agent's home.
 od=accrun-od-$$
+for h in h1 h2; do "$tb" hx $h mkdir "/tmp/$od-w"; done
+out=$(cd /tmp && "$accrun" -n 2 -H h1:1,h2:1 --launch-agent "$agent" --tag-output --wdir "$od-w" pwd 2>&1)
+check "a relative --wdir: h1's rank starts in it" "^\[h1:0\] /tmp/$od-w$" "$out"
+check "a relative --wdir: h2's rank starts in it" "^\[h2:1\] /tmp/$od-w$" "$out"
+for h in h1 h2; do "$tb" hx $h rmdir "/tmp/$od-w"; done
 out=$(cd /tmp && "$accrun" -n 2 -H h1:1,h2:1 --launch-agent "$agent" --output-dir "$od" sh -c 'echo "out $ACCRUN_RANK"' 2>&1)
 check "a relative --output-dir across hosts gives 0" "^0$" "$?"
 for r in 0 1; do
