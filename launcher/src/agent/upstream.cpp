@@ -83,10 +83,6 @@ bool AgentUpstream::dispatch(std::vector<wire::Frame>& frames, DaemonControl& da
     wire::Reader r(f.payload);
     if (f.type == msg::kSignal) {
       auto sig = r.i32("signal");
-      // After Ctrl-Z the controller stops itself until fg: its silence
-      // then is no sign of a lost host.
-      if (sig && *sig == SIGTSTP) stopped_ = true;
-      if (sig && *sig == SIGCONT) stopped_ = false;
       if (sig) daemon.terminate(*sig);
     } else if (f.type == msg::kModexRequest) {
       auto id = r.u64("modex request: id");
@@ -324,14 +320,19 @@ bool AgentUpstream::tick() {
     unreachable_ = unacked_.lost(fd_, kControllerUnacked);
     post(msg::kHeartbeat, "");
   }
-  // The controller beats every second too: silence means its host or
-  // the network between us is gone.  Words not read yet (this agent was
-  // busy, a slow start on a loaded host) are not silence.
+  // The controller beats every second too, but its silence alone is no
+  // lost controller: one that is stopped (Ctrl-Z, kill -STOP, a debugger,
+  // Slurm suspending the job) or busy is silent while its host still
+  // acknowledges what this agent sends, and one that died closed the
+  // connection (on_readable).  Lost: silent while its host acknowledges
+  // nothing (its host or the network between us is gone).  Words not read
+  // yet (this agent was busy, a slow start on a loaded host) are not
+  // silence.
   if (now - last_heard_ >= kControllerSilence) {
     int unread = 0;
     if (ioctl(fd_, FIONREAD, &unread) == 0 && unread > 0) heard();
   }
-  return stopped_ || std::chrono::steady_clock::now() - last_heard_ < kControllerSilence;
+  return !unreachable_ || std::chrono::steady_clock::now() - last_heard_ < kControllerSilence;
 }
 
 void AgentUpstream::post(uint16_t type, std::string_view payload) {

@@ -25,14 +25,12 @@ namespace accrun::launcher {
 // the controller reaches the ranks through their output pipes).
 bool send_frame(int fd, uint16_t type, std::string_view payload);
 
-// The controller's silence past this is a lost controller (its host or
-// the network went away); it beats every second.
+// The controller beats every second.  Silent past this while its host
+// acknowledges none of this agent's beats for kControllerUnacked, at two
+// beats in a row (wire::UnackedWatch), it is lost: that host or the network
+// between is down.  Before its launch an agent judges only the
+// acknowledgements (the controller may be waiting for other hosts' agents).
 constexpr auto kControllerSilence = std::chrono::seconds(4);
-// Before its launch an agent does not judge the controller's silence (the
-// controller may be waiting for other hosts' agents), but the controller's
-// host acknowledging none of its beats for this long, at two beats in a
-// row, means that host or the network between is down
-// (wire::unacknowledged).
 constexpr auto kControllerUnacked = std::chrono::seconds(5);
 
 class TreeLinks;
@@ -113,7 +111,6 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   wire::UnackedWatch unacked_;
   bool unreachable_ = false;
   std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
-  bool stopped_ = false;
   uint64_t next_id_ = 0;
   std::map<uint64_t, std::function<void(int)>> status_waiters_;
   std::map<uint64_t, std::function<void(int, std::vector<DirectoryEntry>)>> lookup_waiters_;

@@ -211,6 +211,27 @@ out=$("$accrun" -n 2 -H h2:1,h3:1 --launch-agent "$agent" sh -c 'setsid sleep 61
 check "setsid job exits 0" "^$" "$out"
 nothing_left "a rank's setsid descendant" "sleep 611"
 
+# 7e. A controller that is stopped (kill -STOP: a debugger, or Slurm
+# suspending the job, which stops the agents too) is silent, but its host
+# still acknowledges: the agents wait for it, and the job goes on after
+# kill -CONT (it ended 4 s into the stop).
+for who in "the controller" "the controller and every agent"; do
+  "$accrun" -n 4 -H h1:2,h2:2 --launch-agent "$agent" sh -c 'sleep 9; echo done' >"$state/scratch/stop.out" 2>&1 &
+  job=$!
+  for _ in $(seq 100); do [ "$("$tb" hx h2 pgrep -c -f 'sleep 9')" = 2 ] && break; sleep 0.05; done
+  kill -STOP $job
+  [ "$who" = "the controller" ] || for h in h1 h2; do "$tb" hx $h pkill -STOP -f -- "accrun --daemon"; done
+  sleep 6
+  [ "$who" = "the controller" ] || for h in h1 h2; do "$tb" hx $h pkill -CONT -f -- "accrun --daemon"; done
+  kill -CONT $job
+  wait $job
+  rc=$?
+  n=$(grep -c "^done$" "$state/scratch/stop.out")
+  [ "$rc" = 0 ] && [ "$n" = 4 ] && ok "$who stopped for 6 s: the job goes on" ||
+    bad "$who stopped for 6 s (exit $rc, $n of 4 ranks done)" "$(cat "$state/scratch/stop.out")"
+done
+nothing_left "a stopped controller" "sleep 9"
+
 # 8. The job ends within 5 s, however it is ended.
 ends() {  # ends NAME SECONDS-BUDGET ACTION [ACCRUN-OPTION...]: starts a sleeping job, runs ACTION (with $job set), times the end
   local name=$1 budget=$2 action=$3
