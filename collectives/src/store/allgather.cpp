@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "store/copy.hpp"
 #include "store/group.hpp"
 
 namespace accrun::collectives::store {
@@ -57,13 +58,13 @@ Status StoreGroup::allgather(const void* send, void* recv, std::size_t count_per
   if (m <= kBoxBytes) {
     const int h = begin_round();
     if (!ok_) return broken_;
-    std::memcpy(box(rank_, h), mine, m);
+    copy_block(box(rank_, h), mine, m);
     const std::uint64_t v = publish_box(h);
     for (int i = 1; i < size_; ++i) {
       const int q = (rank_ + i) % size_;
       ACCRUN_RETURN_IF_ERROR(guard(wait_box(q, h, v)));
       ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
-      std::memcpy(out + q * m, box(q, h), m);
+      copy_block(out + q * m, box(q, h), m);
     }
     saw_all(v);
     end_round();
@@ -74,13 +75,13 @@ Status StoreGroup::allgather(const void* send, void* recv, std::size_t count_per
     const std::size_t n = std::min(chunk, m - off);
     const int h = begin_round();
     if (!ok_) return broken_;
-    std::memcpy(slot(rank_, h), mine + off, n);
+    copy_block(slot(rank_, h), mine + off, n);
     const std::uint64_t v = publish();
     for (int i = 1; i < size_; ++i) {
       const int q = (rank_ + i) % size_;
       ACCRUN_RETURN_IF_ERROR(guard(wait_one(q, v)));
       if (off == 0) ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
-      std::memcpy(out + q * m + off, slot(q, h), n);
+      copy_block(out + q * m + off, slot(q, h), n);
     }
     end_round();
   }
@@ -166,7 +167,9 @@ Status StoreGroup::share_in_rounds(char* buf, const Owned& owned) {
     if (!ok_) return broken_;
     char* mine = slot(rank_, h);
     walk(all[static_cast<std::size_t>(rank_)], from, piece(rank_),
-         [&](std::size_t o, std::size_t at, std::size_t len) { std::memcpy(mine + at, buf + o, len); });
+         [&](std::size_t o, std::size_t at, std::size_t len) {
+           copy_block(mine + at, buf + o, len);
+         });
     const std::uint64_t v = publish();
     for (int i = 1; i < size_; ++i) {
       const int q = (rank_ + i) % size_;
@@ -174,7 +177,9 @@ Status StoreGroup::share_in_rounds(char* buf, const Owned& owned) {
       if (from == 0) ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
       const char* theirs = slot(q, h);
       walk(all[static_cast<std::size_t>(q)], from, piece(q),
-           [&](std::size_t o, std::size_t at, std::size_t len) { std::memcpy(buf + o, theirs + at, len); });
+           [&](std::size_t o, std::size_t at, std::size_t len) {
+             copy_block(buf + o, theirs + at, len);
+           });
     }
     end_round();
   }

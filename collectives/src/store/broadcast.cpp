@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "store/copy.hpp"
 #include "store/group.hpp"
 
 namespace accrun::collectives::store {
@@ -90,7 +91,7 @@ Status StoreGroup::broadcast_entered(void* buf, std::size_t count, DType dt, int
                                    describe_sig(sig_) + ", another member called " + describe_sig(theirs) +
                                    "; every member must pass the same count, dtype and root"));
       }
-      std::memcpy(d, data + off, n);
+      copy_block(d, data + off, n);
       s->sig[0] = sig_[0];
       s->sig[1] = sig_[1];
       s->seq.store(t + 1, std::memory_order_release);
@@ -108,7 +109,7 @@ Status StoreGroup::broadcast_entered(void* buf, std::size_t count, DType dt, int
         // The root's signature, told from its slot.
         return check_sig(root, s->sig);
       }
-      std::memcpy(data + off, d, n);
+      copy_block(data + off, d, n);
     }
     done.store(t + 1, std::memory_order_release);
     if (rank_ != root) shm_->ring();
@@ -196,7 +197,7 @@ void StoreGroup::mark_posted() {
 }
 
 void StoreGroup::post_broadcast(int h, const void* what, std::size_t len) {
-  std::memcpy(box(rank_, h), what, len);
+  copy_block(box(rank_, h), what, len);
   publish_box(h);
   mark_posted();
 }
@@ -212,7 +213,7 @@ Status StoreGroup::read_root_box(int root, int h, void* out, std::size_t len) {
         [&] { return shm_->timed_out(w, {root}); })));
   }
   ACCRUN_RETURN_IF_ERROR(check_box_sig(root, h));
-  std::memcpy(out, box(root, h), len);
+  copy_block(out, box(root, h), len);
   return Status::ok();
 }
 

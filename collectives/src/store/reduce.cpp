@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "store/copy.hpp"
 #include "store/group.hpp"
 
 namespace accrun::collectives::store {
@@ -28,14 +29,17 @@ Status StoreGroup::reduce_to(const char* in, char* out, std::size_t count, DType
   const std::size_t ds = dtype_size(dt);
   const std::size_t bytes = count * ds;
   if (bytes == 0) return Status::ok();
-  if (size_ == 1) { if (in != out) std::memcpy(out, in, bytes); return Status::ok(); }
+  if (size_ == 1) {
+    if (in != out) copy_block(out, in, bytes);
+    return Status::ok();
+  }
   const bool wants = root < 0 || rank_ == root;
   sign(root < 0 ? Coll::kAllreduce : Coll::kReduce, count, dt, op, root);
 
   if (bytes <= kBoxBytes) {
     const int h = begin_round();
     if (!ok_) return broken_;
-    std::memcpy(box(rank_, h), in, bytes);
+    copy_block(box(rank_, h), in, bytes);
     const std::uint64_t v = publish_box(h);
     if (wants) {
       ACCRUN_RETURN_IF_ERROR(wait_boxes(h, v));
@@ -55,7 +59,7 @@ Status StoreGroup::reduce_to(const char* in, char* out, std::size_t count, DType
     // it checks next.
     const int h = begin_round();
     if (!ok_) return broken_;
-    std::memcpy(slot(rank_, h), in, bytes);
+    copy_block(slot(rank_, h), in, bytes);
     const std::uint64_t v = publish_box(h);
     if (wants) {
       ACCRUN_RETURN_IF_ERROR(wait_boxes(h, v));
@@ -78,7 +82,7 @@ Status StoreGroup::reduce_to(const char* in, char* out, std::size_t count, DType
     const std::size_t n = std::min(chunk, count - off);
     const int h = begin_round();
     if (!ok_) return broken_;
-    std::memcpy(slot(rank_, h), in + off * ds, n * ds);
+    copy_block(slot(rank_, h), in + off * ds, n * ds);
     const std::uint64_t a = publish();
     auto [lo, hi] = slice(n, ds, rank_);
     for (int i = 1; i < size_; ++i) {
@@ -92,7 +96,7 @@ Status StoreGroup::reduce_to(const char* in, char* out, std::size_t count, DType
       const int q = (rank_ + i) % size_;
       if (q != rank_) ACCRUN_RETURN_IF_ERROR(guard(wait_one(q, b)));
       auto [qlo, qhi] = slice(n, ds, q);
-      if (qhi > qlo) std::memcpy(out + (off + qlo) * ds, slot(q, h) + qlo * ds, (qhi - qlo) * ds);
+      if (qhi > qlo) copy_block(out + (off + qlo) * ds, slot(q, h) + qlo * ds, (qhi - qlo) * ds);
     }
     end_round();
   }
@@ -108,7 +112,7 @@ Status StoreGroup::allreduce_around(const void* send, void* recv, std::size_t co
   char* out = static_cast<char*>(recv);
   if (count == 0) return Status::ok();
   if (size_ == 1) {
-    if (in != out) std::memcpy(out, in, count * ds);
+    if (in != out) copy_block(out, in, count * ds);
     return between(out, count);
   }
   if (!shm_->cma()) return invalid_usage(where() + ": allreduce_around needs cross-memory attach");
@@ -143,7 +147,7 @@ Status StoreGroup::allreduce_cma(const char* in, char* out, std::size_t count, D
   }
   auto [lo, hi] = slice(count, ds, rank_);
   if (hi > lo) {
-    if (in != out) std::memcpy(out + lo * ds, in + lo * ds, (hi - lo) * ds);
+    if (in != out) copy_block(out + lo * ds, in + lo * ds, (hi - lo) * ds);
     // This round's half of the slot is free: a bounce buffer.
     char* tmp = slot(rank_, h);
     const std::size_t step = std::max<std::size_t>(1, shm_->half() / ds);
@@ -182,7 +186,10 @@ Status StoreGroup::reducescatter(const void* send, void* recv, std::size_t recv_
   if (recv_count == 0) return Status::ok();
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
-  if (size_ == 1) { if (in != out) std::memcpy(out, in, recv_count * ds); return Status::ok(); }
+  if (size_ == 1) {
+    if (in != out) copy_block(out, in, recv_count * ds);
+    return Status::ok();
+  }
   sign(Coll::kReducescatter, recv_count, dt, op, -1);
   // Each round packs this rank's contribution to every rank's block into
   // its half; rank r then reduces block r of every half.  In place, the
@@ -194,7 +201,7 @@ Status StoreGroup::reducescatter(const void* send, void* recv, std::size_t recv_
     const int h = begin_round();
     if (!ok_) return broken_;
     for (int q = 0; q < size_; ++q)
-      std::memcpy(slot(rank_, h) + q * n * ds, in + (q * recv_count + off) * ds, n * ds);
+      copy_block(slot(rank_, h) + q * n * ds, in + (q * recv_count + off) * ds, n * ds);
     const std::uint64_t v = publish();
     ACCRUN_RETURN_IF_ERROR(guard(wait_all(v)));
     if (off == 0) ACCRUN_RETURN_IF_ERROR(check_all_sigs(h));

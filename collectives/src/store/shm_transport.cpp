@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "store/copy.hpp"
+
 namespace accrun::collectives::store {
 namespace {
 
@@ -118,16 +120,16 @@ void ShmTransport::ring_write(int src, int dst, std::uint64_t pos, const void* d
   const std::size_t at = pos % ring_bytes_;
   const std::size_t first = std::min(len, ring_bytes_ - at);
   char* r = ring(src, dst);
-  if (first > 0) std::memcpy(r + at, data, first);
-  if (len > first) std::memcpy(r, static_cast<const char*>(data) + first, len - first);
+  if (first > 0) copy_block(r + at, data, first);
+  if (len > first) copy_block(r, static_cast<const char*>(data) + first, len - first);
 }
 
 void ShmTransport::ring_read(int src, int dst, std::uint64_t pos, void* data, std::size_t len) const {
   const std::size_t at = pos % ring_bytes_;
   const std::size_t first = std::min(len, ring_bytes_ - at);
   const char* r = ring(src, dst);
-  if (first > 0) std::memcpy(data, r + at, first);
-  if (len > first) std::memcpy(static_cast<char*>(data) + first, r, len - first);
+  if (first > 0) copy_block(data, r + at, first);
+  if (len > first) copy_block(static_cast<char*>(data) + first, r, len - first);
 }
 
 std::string ShmTransport::where() const {
@@ -524,7 +526,7 @@ Status ShmChannel::send(const void* buf, std::size_t len, const Wait& w) {
         if (m == MAP_FAILED) s = system_error(t_.where() + ": send: mmap " + path);
       }
       if (!s) { unlink(path.c_str()); return s; }
-      std::memcpy(m, buf, len);
+      copy_block(m, buf, len);
       munmap(m, len);
     }
   }
@@ -573,7 +575,7 @@ Status ShmChannel::recv(void* buf, std::size_t max_bytes, const Wait& w) {
   if (f.len > 0) {
     void* p = mmap(nullptr, f.len, PROT_READ, MAP_SHARED, fd.get(), 0);
     if (p == MAP_FAILED) return system_error(t_.where() + ": recv: mmap " + path);
-    std::memcpy(buf, p, f.len);
+    copy_block(buf, p, f.len);
     munmap(p, f.len);
   }
   unlink(path.c_str());
