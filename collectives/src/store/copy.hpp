@@ -17,8 +17,9 @@ void vector_copy(void* dst, const void* src, std::size_t n);
 // (measured under KVM) the store's 2-rank allreduce of 1 MiB took 3.0
 // times raw MPI's time with it and 0.73 times with glibc's vector loop
 // instead (GLIBC_TUNABLES x86_rep_movsb_threshold), in the same launch,
-// though `rep movsb` alone, in one process, was fast there.  The store's
-// blocks are read next by another core (benchmarks/README.md).
+// though `rep movsb` alone, in one process, was fast there; with the slots
+// moved off the callers' page offsets (ShmTransport::slot) the loop still
+// beat it (benchmarks/README.md).
 inline void copy_block(void* dst, const void* src, std::size_t n) {
   if (n < kVectorCopyMin) {
     std::memcpy(dst, src, n);

@@ -173,6 +173,7 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
 
   const std::size_t p = static_cast<std::size_t>(size_);
   half_ = round_up(std::max<std::size_t>(tun_.half_bytes, kPage), kPage);
+  slot_stride_ = half_ + kPage;
   ring_bytes_ = tun_.ring_bytes;
   if (ring_bytes_ == 0) {
     ring_bytes_ = 1u << 20;
@@ -182,7 +183,7 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
   ring_reserved_.assign(p, false);
   ctrl_off_ = round_up(sizeof(Header), 128);
   slots_off_ = round_up(ctrl_off_ + p * sizeof(Ctrl), kPage);
-  rctrl_off_ = slots_off_ + p * 2 * half_;
+  rctrl_off_ = slots_off_ + p * 2 * slot_stride_;
   rings_off_ = round_up(rctrl_off_ + p * p * sizeof(RingCtrl), kPage);
   std::size_t end = rings_off_ + p * p * ring_bytes_;
   const std::size_t ring_data[kBRings] = {tun_.bcast_small_max, tun_.bcast_chunk, kTinyBytes};
@@ -263,7 +264,8 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
   // Fault in this rank's slot now rather than in the first timed call
   // (not in large groups: there every member's 128 page faults at once
   // delay the set-up more than a first call that touches a few pages).
-  if (size_ <= kPretouchMaxRanks) std::memset(slot(rank_, 0), 0, 2 * half_);
+  if (size_ <= kPretouchMaxRanks)
+    for (int h = 0; h < 2; ++h) std::memset(slot(rank_, h), 0, half_);
   ctrl(rank_).pid = self_pid_;
   ctrl(rank_).probe_addr = reinterpret_cast<std::uint64_t>(&self_pid_);
   ctrl(rank_).attached.store(1, std::memory_order_release);
@@ -313,7 +315,9 @@ Status ShmTransport::setup(Rendezvous* rv, int setup_timeout_ms, const std::stri
   // groups, where that costs more at set-up, for every rank, than it saves).
   volatile char sink = 0;
   for (int q = 0; q < size_ && size_ <= kPretouchMaxRanks; ++q)
-    for (std::size_t off = 0; off < 2 * half_; off += kPage) sink = sink + slot(q, 0)[off];
+    for (int h = 0; h < 2; ++h)
+      for (std::size_t off = 0; off <= half_; off += kPage)
+        sink = sink + slot(q, h)[std::min(off, half_ - 1)];
   for (const BRingGeom& r : bring_)
     for (std::size_t off = 0; size_ <= kPretouchMaxRanks && off < r.slots * r.stride; off += kPage) sink = sink + base()[r.off + off];
   (void)sink;
