@@ -41,14 +41,18 @@ void copy_sse(char* __restrict d, const char* __restrict s, std::size_t n) {
   std::memcpy(d + i, s + i, n - i);
 }
 
-const bool kHaveAvx = __builtin_cpu_supports("avx");
-
 }  // namespace
 
 void vector_copy(void* dst, const void* src, std::size_t n) {
   auto* d = static_cast<char*>(dst);
   const auto* s = static_cast<const char*>(src);
-  if (kHaveAvx) {
+  // Asked on first use, not in a static initializer, which may run before
+  // the CPU model is known (__builtin_cpu_init).
+  static const bool avx = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx") != 0;
+  }();
+  if (avx) {
     copy_avx(d, s, n);
   } else {
     copy_sse(d, s, n);
