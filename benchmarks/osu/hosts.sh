@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hosts.sh BUILD_DIR — the store backend across the namespace test bed's
+# hosts.sh BUILD_DIR [LAUNCHES] — the store backend across the namespace test bed's
 # hosts against Open MPI's own collectives over its tcp BTL (raw-mpi) in the
 # same launch, and the store's large sends against one raw TCP stream
 # between the same two hosts.  Brings the test bed up if it is not (root).
@@ -7,7 +7,8 @@
 #   iterations, both libraries told the 8 ranks oversubscribe this
 #   machine's 2 CPUs): osu_allreduce,
 #   osu_bcast, osu_allgather --backend store,raw-mpi (each table ends with a
-#   ratio table, store / raw-mpi, per size)
+#   ratio table, store / raw-mpi, per size; each runs in LAUNCHES launches,
+#   default 3, followed by each size's ratio per launch and their median)
 #   the same 2 x 1 tables with the store over libfabric's tcp provider;
 #   torch.distributed's gloo (gloo_bench.py) on both layouts when
 #   python3-torch is installed, each against the store alone (no MPI in
@@ -18,7 +19,14 @@
 #   the store's congestion control; the 2 x 1 tables again with every
 #   host's congestion control set to Reno (Open MPI's too)
 set -uo pipefail
-b=${1:?usage: hosts.sh BUILD_DIR}
+b=${1:?usage: hosts.sh BUILD_DIR [LAUNCHES]}
+# Each store/raw-mpi table runs in LAUNCHES launches (default 3): inside a
+# launch the two libraries alternate per size, so a launch's ratio is a fair
+# pair, but the test bed drifts between launches (the 2 x 1 broadcast of 8 B
+# took 8.5 us in one and 12 us in the next, in both libraries alike).  After
+# the launches' tables comes each size's median ratio over them.
+launches=${2:-3}
+case $launches in '' | *[!0-9]* | 0) echo "hosts.sh: LAUNCHES must be a whole number >= 1, not '$launches'" >&2; exit 2 ;; esac
 src=$(cd "$(dirname "$0")/../.." && pwd)
 tb=$src/tests/testbed/testbed
 "$tb" status >/dev/null 2>&1 || "$tb" up >/dev/null || exit $?
@@ -40,6 +48,36 @@ pin=(sh -c 'exec taskset -c "$ACCRUN_RANK" "$@"' pin)
 # its broadcast off the path that waits for every reader of a host at once),
 # and Open MPI gets mpi_yield_when_idle=1.
 over=(--oversubscribe -x OMPI_MCA_mpi_yield_when_idle=1)
+runs=$(mktemp -d)
+trap 'rm -rf "$runs"' EXIT
+# median_table FILE...: each size's median over the files' "SIZE VALUE" lines
+median_table() {
+  awk '/^ *[0-9]/ { v[$1] = v[$1] " " $2; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
+       END { for (i = 1; i <= n; i++) { k = split(substr(v[order[i]], 2), a, " ")
+               for (x = 1; x <= k; x++) for (y = x + 1; y <= k; y++) if (a[y] + 0 < a[x] + 0) { t = a[x]; a[x] = a[y]; a[y] = t }
+               printf "%-10s %12.2f\n", order[i], a[int((k + 1) / 2)] } }' "$@"
+}
+# launched COMMAND...: runs a store/raw-mpi table LAUNCHES times, printing
+# each launch's tables, then each size's store/raw-mpi ratio per launch and
+# the median of them.
+launched() {
+  local k
+  for k in $(seq "$launches"); do
+    [ "$launches" -gt 1 ] && echo "# launch $k of $launches"
+    "$@" | tee "$runs/launch.$k"
+  done
+  [ "$launches" -gt 1 ] || return 0
+  echo "# ratio: store / raw-mpi per launch, and the median over the $launches launches"
+  for k in $(seq "$launches"); do
+    awk -v k="$k" '/^# ratio/ { p = 1; next } /^# difference/ { p = 0 } p && /^[0-9]/ { print k, $1, $2 }' "$runs/launch.$k"
+  done | awk -v n="$launches" '
+    { if (!($2 in seen)) { seen[$2] = 1; order[++m] = $2 } r[$2, $1] = $3 }
+    END { for (i = 1; i <= m; i++) { s = order[i]; line = sprintf("%-10s", s); c = 0
+            for (k = 1; k <= n; k++) if ((s, k) in r) { line = line sprintf(" %7s", r[s, k]); a[++c] = r[s, k] + 0 } else line = line "       -"
+            for (x = 1; x <= c; x++) for (y = x + 1; y <= c; y++) if (a[y] < a[x]) { t = a[x]; a[x] = a[y]; a[y] = t }
+            printf "%s   median %6.3f\n", line, c % 2 ? a[(c + 1) / 2] : (a[c / 2] + a[c / 2 + 1]) / 2 } }'
+  rm -f "$runs"/launch.*
+}
 for layout in "2 h1:1,h2:1 -i 1000 8:4194304" "8 h1:1,h2:1,h3:1,h4:1 -i 100 8:4194304"; do
   set -- $layout
   wrap=()
@@ -47,7 +85,7 @@ for layout in "2 h1:1,h2:1 -i 1000 8:4194304" "8 h1:1,h2:1,h3:1,h4:1 -i 100 8:41
   [ "$1" = 2 ] && wrap=("${pin[@]}") && extra=()
   for bench in allreduce bcast allgather; do
     echo "## $bench, $1 ranks on $2${extra[*]:+ (--oversubscribe: 2 ranks per host)}"
-    "$b/launcher/accrun" --timeout 900 -n "$1" -H "$2" "${extra[@]}" --launch-agent "$agent" "${mpi[@]}" \
+    launched "$b/launcher/accrun" --timeout 900 -n "$1" -H "$2" "${extra[@]}" --launch-agent "$agent" "${mpi[@]}" \
       "${wrap[@]}" "$b/benchmarks/osu_$bench" --backend store,raw-mpi -m "$5" "$3" "$4"
   done
 done
@@ -70,15 +108,6 @@ fi
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 if "$py" -c "import torch" 2>/dev/null; then
-  runs=$(mktemp -d)
-  trap 'rm -rf "$runs"' EXIT
-  # median_table FILE...: each size's median over the files' "SIZE VALUE" lines
-  median_table() {
-    awk '/^ *[0-9]/ { v[$1] = v[$1] " " $2; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
-         END { for (i = 1; i <= n; i++) { k = split(substr(v[order[i]], 2), a, " ")
-                 for (x = 1; x <= k; x++) for (y = x + 1; y <= k; y++) if (a[y] + 0 < a[x] + 0) { t = a[x]; a[x] = a[y]; a[y] = t }
-                 printf "%-10s %12.2f\n", order[i], a[int((k + 1) / 2)] } }' "$@"
-  }
   for layout in "2 h1:1,h2:1 1000 8:4194304 1000" "8 h1:1,h2:1,h3:1,h4:1 20 8:4194304 100"; do
     set -- $layout
     wrap=()
@@ -101,7 +130,6 @@ if "$py" -c "import torch" 2>/dev/null; then
         "$runs/gloo" "$runs/store"
     done
   done
-  rm -rf "$runs"
 else
   echo "## gloo: python3-torch is not installed (scripts/install-deps.sh --bench installs it); skipped"
 fi
@@ -132,7 +160,7 @@ was=$("$tb" hx h1 cat /proc/sys/net/ipv4/tcp_congestion_control)
 for h in h1 h2; do "$tb" hx $h sysctl -q -w net.ipv4.tcp_congestion_control=reno; done
 for bench in allreduce bcast allgather; do
   echo "## $bench, 2 ranks on h1:1,h2:1, every host's congestion control Reno (was $was)"
-  "$b/launcher/accrun" --timeout 900 -n 2 -H h1:1,h2:1 --launch-agent "$agent" "${mpi[@]}" \
+  launched "$b/launcher/accrun" --timeout 900 -n 2 -H h1:1,h2:1 --launch-agent "$agent" "${mpi[@]}" \
     "${pin[@]}" "$b/benchmarks/osu_$bench" --backend store,raw-mpi -m 8:4194304 -i 1000
 done
 for h in h1 h2; do "$tb" hx $h sysctl -q -w net.ipv4.tcp_congestion_control="$was"; done
