@@ -51,11 +51,12 @@ over=(--oversubscribe -x OMPI_MCA_mpi_yield_when_idle=1)
 runs=$(mktemp -d)
 trap 'rm -rf "$runs"' EXIT
 # median_table FILE...: each size's median over the files' "SIZE VALUE" lines
+# (of an even count, the lower middle), printed as $fmt (default %12.2f)
 median_table() {
-  awk '/^ *[0-9]/ { v[$1] = v[$1] " " $2; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
+  awk -v fmt="${fmt:-%12.2f}" '/^ *[0-9]/ { v[$1] = v[$1] " " $2; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
        END { for (i = 1; i <= n; i++) { k = split(substr(v[order[i]], 2), a, " ")
                for (x = 1; x <= k; x++) for (y = x + 1; y <= k; y++) if (a[y] + 0 < a[x] + 0) { t = a[x]; a[x] = a[y]; a[y] = t }
-               printf "%-10s %12.2f\n", order[i], a[int((k + 1) / 2)] } }' "$@"
+               printf "%-10s " fmt "\n", order[i], a[int((k + 1) / 2)] } }' "$@"
 }
 # launched COMMAND...: runs a store/raw-mpi table LAUNCHES times, printing
 # each launch's tables, then each size's store/raw-mpi ratio per launch and
@@ -65,18 +66,18 @@ launched() {
   for k in $(seq "$launches"); do
     [ "$launches" -gt 1 ] && echo "# launch $k of $launches"
     "$@" | tee "$runs/launch.$k"
+    awk '/^# ratio/ { p = 1; next } /^# difference/ { p = 0 } p && /^[0-9]/ { print $1, $2 }' "$runs/launch.$k" >"$runs/ratio.$k"
   done
-  [ "$launches" -gt 1 ] || return 0
-  echo "# ratio: store / raw-mpi per launch, and the median over the $launches launches"
-  for k in $(seq "$launches"); do
-    awk -v k="$k" '/^# ratio/ { p = 1; next } /^# difference/ { p = 0 } p && /^[0-9]/ { print k, $1, $2 }' "$runs/launch.$k"
-  done | awk -v n="$launches" '
-    { if (!($2 in seen)) { seen[$2] = 1; order[++m] = $2 } r[$2, $1] = $3 }
-    END { for (i = 1; i <= m; i++) { s = order[i]; line = sprintf("%-10s", s); c = 0
-            for (k = 1; k <= n; k++) if ((s, k) in r) { line = line sprintf(" %7s", r[s, k]); a[++c] = r[s, k] + 0 } else line = line "       -"
-            for (x = 1; x <= c; x++) for (y = x + 1; y <= c; y++) if (a[y] < a[x]) { t = a[x]; a[x] = a[y]; a[y] = t }
-            printf "%s   median %6.3f\n", line, c % 2 ? a[(c + 1) / 2] : (a[c / 2] + a[c / 2 + 1]) / 2 } }'
-  rm -f "$runs"/launch.*
+  if [ "$launches" -gt 1 ]; then
+    echo "# ratio: store / raw-mpi per launch, and the median over the $launches launches"
+    fmt=%.3f median_table "$runs"/ratio.* | awk -v dir="$runs" -v n="$launches" '
+      { line = sprintf("%-10s", $1)
+        for (k = 1; k <= n; k++) { v = "-"; f = dir "/ratio." k
+          while ((getline l < f) > 0) { split(l, a, " "); if (a[1] == $1) v = a[2] }
+          close(f); line = line sprintf(" %7s", v) }
+        printf "%s   median %s\n", line, $2 }'
+  fi
+  rm -f "$runs"/launch.* "$runs"/ratio.*
 }
 for layout in "2 h1:1,h2:1 -i 1000 8:4194304" "8 h1:1,h2:1,h3:1,h4:1 -i 100 8:4194304"; do
   set -- $layout
