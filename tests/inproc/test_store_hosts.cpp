@@ -507,6 +507,22 @@ TEST_P(StoreHosts, AMemberDeadWhileTheGroupIsMadeFailsEveryHostPromptly) {
   EXPECT_NE(why[1].find("job rank 12"), std::string::npos) << why[1];
 }
 
+// A lower host's leader dead before it connected: the higher leader, which
+// waits for that connection while the group is made, fails within seconds
+// naming it, not at the end of the set-up's timeout.
+TEST(StoreHostsTcp, ALeaderDeadBeforeItConnectedFailsTheGroupsCreationPromptly) {
+  World w;
+  const GroupSpec g = on_hosts(spec("made-unconnected", 2, 60'000, {20, 21}), "ab", "tcp");
+  w.peers.fail(20, "rank 20 on host host-a was killed by signal 9");
+  MemRendezvous rv;
+  const auto start = Clock::now();
+  auto b = store::make_store_backend_tuned(w.context(g, 1, &rv), store::Tuning{});
+  const double took = std::chrono::duration<double>(Clock::now() - start).count();
+  ASSERT_FALSE(b.is_ok());
+  EXPECT_NE(b.status().message().find("job rank 20"), std::string::npos) << b.status().message();
+  EXPECT_LT(took, 10.0) << b.status().message();
+}
+
 TEST_P(StoreHosts, AMemberThatLeftNormallyDoesNotFailOthers) {
   // Group rank 2 (host c) takes part in a barrier, destroys its handle and
   // leaves; ranks 0 and 1 (hosts a and b) go on exchanging 4 MiB.
@@ -1014,6 +1030,51 @@ TEST(StoreHostsTcp, AReceivePostedWhileAMessageIsHalfReadReadsNoFurther) {
   });
 }
 
+// A member that streams the program's messages to rank 0 while rank 0 waits
+// for another member: rank 0 keeps at most the pair bound (64 MiB) of the
+// messages it did not ask for, plus the one it is reading; the rest waits
+// in the kernel and in the sender's queue, and all of it arrives in order
+// once rank 0 asks.
+TEST(StoreHostsTcp, AReceiverKeepsAtMostTheBoundOfMessagesItDidNotAskFor) {
+  constexpr int kMessages = 100;
+  constexpr std::size_t kBytes = 1u << 20;
+  with_links("tcp", "inbox-bound", [&](int r, store::HostLinks& links, const store::Wait& wait) {
+    using store::HostLinks;
+    char done = 1;
+    std::size_t got = 0;
+    if (r == 1) {
+      for (int k = 0; k < kMessages; ++k) {
+        const auto data = bytes_of(k, kBytes);
+        ASSERT_TRUE(links.send(0, HostLinks::kP2p, data.data(), kBytes, wait).is_ok())
+            << "message " << k;
+      }
+      ASSERT_TRUE(links.flush(wait).is_ok());
+    }
+    if (r == 2) {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      ASSERT_TRUE(links.send(0, HostLinks::kP2p, &done, 1, wait).is_ok());
+    }
+    if (r > 0) {
+      ASSERT_TRUE(links.recv(0, HostLinks::kP2p, &done, 1, &got, wait).is_ok());
+      return;
+    }
+    auto& tcp = dynamic_cast<store::TcpTransport&>(links);
+    ASSERT_TRUE(links.recv(2, HostLinks::kP2p, &done, 1, &got, wait).is_ok());
+    const std::size_t kept = tcp.buffered(1);
+    EXPECT_LE(kept, (std::size_t{64} << 20) + kBytes + (std::size_t{64} << 10))
+        << "rank 0 read " << kept << " bytes of rank 1's messages while it waited for rank 2";
+    EXPECT_GE(kept, std::size_t{8} << 20) << "rank 0 read nothing ahead while it waited";
+    std::vector<char> in(kBytes);
+    for (int k = 0; k < kMessages; ++k) {
+      Status s = links.recv(1, HostLinks::kP2p, in.data(), kBytes, &got, wait);
+      ASSERT_TRUE(s.is_ok()) << "message " << k << ": " << s.message();
+      ASSERT_EQ(got, kBytes);
+      ASSERT_TRUE(in == bytes_of(k, kBytes)) << "message " << k;
+    }
+    for (int q = 1; q < 4; ++q) ASSERT_TRUE(links.send(q, HostLinks::kP2p, &done, 1, wait).is_ok());
+  });
+}
+
 // The port a member's TCP transport listens on (its published address), or
 // 0 when it has published none.
 int listener_port(MemRendezvous& rv, int rank) {
@@ -1347,6 +1408,57 @@ TEST(StoreHostsTcp, ALinkLostWithMessagesQueuedFailsItsFlushAndEndsThePeersConne
   EXPECT_NE(s.message().find("sent a malformed frame; "), std::string::npos) << s.message();
   EXPECT_NE(s.message().find(" bytes queued for it were never sent"), std::string::npos) << s.message();
   EXPECT_TRUE(p.reads_to_end(0, 5000)) << "the member's connection to its peer did not end";
+}
+
+// A frame that announces more bytes than the host has memory (a peer gone
+// wrong: only a member holding the token gets this far) fails the link
+// with a message saying so, instead of an allocation that throws out of
+// the call or a zero-fill that wakes the OOM killer; later calls on the
+// link fail the same way, and the process goes on.
+TEST(StoreHostsTcp, AMessageLongerThanTheHostsMemoryFailsTheLinkNotTheProcess) {
+  ForgedPeers p;
+  ASSERT_NO_FATAL_FAILURE(p.first_message());
+  p.frame(1, std::uint64_t{1} << 50, std::string(64, 'z'));
+  char in[8] = {};
+  std::size_t got = 0;
+  for (int call = 0; call < 2; ++call) {
+    const auto start = Clock::now();
+    Status s = p.links()->recv(0, store::HostLinks::kP2p, in, sizeof in, &got, wait_ms(5000));
+    EXPECT_EQ(s.code(), Code::kRemote) << s.message();
+    EXPECT_NE(s.message().find(
+                  "announced a message of 1125899906842624 bytes, which this process cannot hold"),
+              std::string::npos)
+        << s.message();
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(2)) << "call " << call;
+  }
+  EXPECT_TRUE(p.reads_to_end(0, 5000)) << "the member's connection to its peer did not end";
+}
+
+// After a malformed frame, the bytes that came with it are dropped and its
+// socket is read no more: a wait on another link blocks in poll, as it
+// does on a healthy group, instead of spinning over bytes it can never
+// parse until the group's timeout.
+TEST(StoreHostsTcp, ALinkLostToAMalformedFrameLeavesNoWaitSpinning) {
+  ForgedPeers p(3, 2);
+  ASSERT_NE(p.links(), nullptr);
+  p.connect(0);
+  p.connect(1);
+  p.write(0, std::string(16, 'x') + std::string(200, 'y'));  // a bad header, and more behind it
+  char in[8] = {};
+  std::size_t got = 0;
+  Status s = p.links()->recv(0, store::HostLinks::kP2p, in, sizeof in, &got, wait_ms(5000));
+  ASSERT_EQ(s.code(), Code::kRemote) << s.message();
+  EXPECT_NE(s.message().find("sent a malformed frame"), std::string::npos) << s.message();
+  rusage before{}, after{};
+  ::getrusage(RUSAGE_THREAD, &before);
+  s = p.links()->recv(1, store::HostLinks::kP2p, in, sizeof in, &got, wait_ms(1000));
+  ::getrusage(RUSAGE_THREAD, &after);
+  EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
+  auto ms = [](const rusage& u) {
+    return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000.0 +
+           (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000.0;
+  };
+  EXPECT_LT(ms(after) - ms(before), 300.0) << "the 1 s wait on a healthy link spent that much CPU";
 }
 
 // The receiving side against three peers whose bytes arrive cut anywhere

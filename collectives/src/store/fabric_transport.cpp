@@ -99,7 +99,8 @@ const FabricLib* fabric_lib(std::string* why = nullptr) {
 
 }  // namespace
 
-FabricTransport::FabricTransport(const GroupContext& ctx, std::vector<bool> needs, std::size_t pair_buffer_max)
+FabricTransport::FabricTransport(const GroupContext& ctx, std::vector<bool> needs,
+                                 std::size_t pair_buffer_max)
     : group_(ctx.name),
       rank_(ctx.rank),
       members_(ctx.members),
@@ -107,6 +108,7 @@ FabricTransport::FabricTransport(const GroupContext& ctx, std::vector<bool> need
       rendezvous_(ctx.rendezvous),
       peers_(ctx.peers),
       pair_buffer_max_(pair_buffer_max),
+      memory_bytes_(host_memory_bytes()),
       oversubscribed_(host_oversubscribed(ctx)),
       addr_(members_.size(), FI_ADDR_UNSPEC),
       outstanding_(members_.size(), 0),
@@ -738,8 +740,13 @@ Status FabricTransport::next_header(int peer, Tag tag, Header* out, const Wait& 
   if (ack_recv_[static_cast<std::size_t>(peer)] == nullptr) post_ack_recv(peer);
   credit_[static_cast<std::size_t>(peer)][tag].taken += charge_of(out->total);
   maybe_report(peer, tag);
-  if (inl && out->bytes.size() != out->total)
-    return Status(Code::kSystem, "group '" + group_ + "': " + describe(peer) + " sent a malformed header");
+  // The sizes are the peer's words: every receive below relies on them.
+  if ((inl && out->bytes.size() != out->total) || out->bytes.size() > out->total ||
+      out->head_len > out->total || out->total > memory_bytes_)
+    return Status(Code::kSystem, "group '" + group_ + "': " + describe(peer) +
+                                     " sent a malformed header (a message of " +
+                                     std::to_string(out->total) + " bytes with " +
+                                     std::to_string(out->bytes.size()) + " in its header)");
   return Status::ok();
 }
 

@@ -149,6 +149,7 @@ class FabricTransport final : public HostLinks {
   Rendezvous* rendezvous_;
   const PeerMonitor* peers_;
   std::size_t pair_buffer_max_;
+  std::uint64_t memory_bytes_;  // the host's physical memory: no message past it is taken
   bool oversubscribed_;
 
   fi_info* info_ = nullptr;

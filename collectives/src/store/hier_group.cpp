@@ -216,6 +216,15 @@ Status HierGroup::check_rank(int r, const char* what) const {
   return Status::ok();
 }
 
+Status HierGroup::check_count(std::size_t count, std::size_t per, DType dt) const {
+  std::size_t elems, bytes;
+  if (__builtin_mul_overflow(count, per, &elems) ||
+      __builtin_mul_overflow(elems, dtype_size(dt), &bytes) || bytes > SIZE_MAX / 8)
+    return invalid_argument("group '" + name_ + "': " + op_ + ": count " + std::to_string(count) +
+                            " is too large");
+  return Status::ok();
+}
+
 Status HierGroup::fail(Status s) {
   if (s.code() == Code::kInvalidArgument) return s;  // refused before anything moved
   if (broken_.is_ok()) {
@@ -566,6 +575,7 @@ Status HierGroup::leaders_broadcast(char* buf, std::size_t bytes, int root_host)
 Status HierGroup::allreduce(const void* send, void* recv, std::size_t count, DType dt, Op op, void* stream) {
   const InCall in_call(*local_);
   ACCRUN_RETURN_IF_ERROR(enter("allreduce", stream, true));
+  ACCRUN_RETURN_IF_ERROR(check_count(count, 1, dt));
   if (count > 0 && (send == nullptr || recv == nullptr)) return invalid_argument("group '" + name_ + "': allreduce: a NULL buffer");
   sig_ = Sig{kAllreduce, static_cast<std::uint32_t>(dt), static_cast<std::uint32_t>(op), -1, count, calls_};
   if (lanes_ > 1 && count * dtype_size(dt) >= kLanesMinBytes) {
@@ -587,6 +597,7 @@ Status HierGroup::allreduce(const void* send, void* recv, std::size_t count, DTy
 Status HierGroup::reduce(const void* send, void* recv, std::size_t count, DType dt, Op op, int root, void* stream) {
   const InCall in_call(*local_);
   ACCRUN_RETURN_IF_ERROR(enter("reduce", stream, true));
+  ACCRUN_RETURN_IF_ERROR(check_count(count, 1, dt));
   ACCRUN_RETURN_IF_ERROR(check_rank(root, "root"));
   local_->sign_root_as(root);
   const std::size_t bytes = count * dtype_size(dt);
@@ -611,6 +622,7 @@ Status HierGroup::reduce(const void* send, void* recv, std::size_t count, DType 
 Status HierGroup::broadcast(void* buf, std::size_t count, DType dt, int root, void* stream) {
   const InCall in_call(*local_);
   ACCRUN_RETURN_IF_ERROR(enter("broadcast", stream, true));
+  ACCRUN_RETURN_IF_ERROR(check_count(count, 1, dt));
   ACCRUN_RETURN_IF_ERROR(check_rank(root, "root"));
   local_->sign_root_as(root);
   if (count > 0 && buf == nullptr) return invalid_argument("group '" + name_ + "': broadcast: a NULL buffer");
@@ -665,6 +677,7 @@ Status HierGroup::broadcast(void* buf, std::size_t count, DType dt, int root, vo
 Status HierGroup::allgather(const void* send, void* recv, std::size_t n, DType dt, void* stream) {
   const InCall in_call(*local_);
   ACCRUN_RETURN_IF_ERROR(enter("allgather", stream, true));
+  ACCRUN_RETURN_IF_ERROR(check_count(n, static_cast<std::size_t>(size_), dt));
   if (n > 0 && (send == nullptr || recv == nullptr)) return invalid_argument("group '" + name_ + "': allgather: a NULL buffer");
   sig_ = Sig{kAllgather, static_cast<std::uint32_t>(dt), 0, -1, n, calls_};
   const std::size_t blk = n * dtype_size(dt);
@@ -773,6 +786,7 @@ Status HierGroup::allgather(const void* send, void* recv, std::size_t n, DType d
 Status HierGroup::reducescatter(const void* send, void* recv, std::size_t recv_count, DType dt, Op op, void* stream) {
   const InCall in_call(*local_);
   ACCRUN_RETURN_IF_ERROR(enter("reducescatter", stream, true));
+  ACCRUN_RETURN_IF_ERROR(check_count(recv_count, static_cast<std::size_t>(size_), dt));
   const std::size_t ds = dtype_size(dt);
   char* const all = tmp_.get(recv_count * static_cast<std::size_t>(size_) * ds);
   ACCRUN_RETURN_IF_ERROR(allreduce(send, all, recv_count * static_cast<std::size_t>(size_), dt, op, nullptr));
@@ -803,6 +817,7 @@ Status HierGroup::barrier() {
 
 Status HierGroup::send(const void* buf, std::size_t count, DType dt, int peer, void* stream) {
   ACCRUN_RETURN_IF_ERROR(enter("send", stream, false));
+  ACCRUN_RETURN_IF_ERROR(check_count(count, 1, dt));
   ACCRUN_RETURN_IF_ERROR(check_rank(peer, "peer"));
   if (count > 0 && buf == nullptr) return invalid_argument("group '" + name_ + "': send: a NULL buffer");
   if (host_of_[static_cast<std::size_t>(peer)] == my_host_) return local_->send(buf, count, dt, local_index(peer), nullptr);
@@ -811,6 +826,7 @@ Status HierGroup::send(const void* buf, std::size_t count, DType dt, int peer, v
 
 Status HierGroup::recv(void* buf, std::size_t count, DType dt, int peer, void* stream) {
   ACCRUN_RETURN_IF_ERROR(enter("recv", stream, false));
+  ACCRUN_RETURN_IF_ERROR(check_count(count, 1, dt));
   ACCRUN_RETURN_IF_ERROR(check_rank(peer, "peer"));
   if (count > 0 && buf == nullptr) return invalid_argument("group '" + name_ + "': recv: a NULL buffer");
   if (host_of_[static_cast<std::size_t>(peer)] == my_host_) return local_->recv(buf, count, dt, local_index(peer), nullptr);

@@ -118,6 +118,9 @@ class HierGroup final : public Backend {
   Status setup_links(const GroupContext& ctx, int setup_timeout_ms);  // setup, after the host's segment
   Status enter(const char* op, void* stream, bool collective);
   Status check_rank(int r, const char* what) const;
+  // kInvalidArgument where count blocks of `per` elements of dt overflow
+  // (as the group inside a host refuses them).
+  Status check_count(std::size_t count, std::size_t per, DType dt) const;
   // A collective's wait: the group's timeout, and a member of this host
   // that gave up (the group is unusable, and it may have given up waiting
   // for this member); asleep where the call is long (p2p_wait_spec).

@@ -9,10 +9,10 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/eventfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -22,6 +22,7 @@
 #include <ctime>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 
 #include "accrun/log.hpp"
 #include "accrun/tcp_congestion.hpp"
@@ -162,7 +163,8 @@ class TcpTransport::TaggedChannel final : public Channel {
   int peer_;
 };
 
-TcpTransport::TcpTransport(const GroupContext& ctx, std::vector<bool> needs, std::size_t pair_buffer_max)
+TcpTransport::TcpTransport(const GroupContext& ctx, std::vector<bool> needs,
+                           std::size_t pair_buffer_max)
     : name_(ctx.name),
       rank_(ctx.rank),
       members_(ctx.members),
@@ -170,6 +172,7 @@ TcpTransport::TcpTransport(const GroupContext& ctx, std::vector<bool> needs, std
       rendezvous_(ctx.rendezvous),
       peers_(ctx.peers),
       pair_buffer_max_(pair_buffer_max),
+      memory_bytes_(host_memory_bytes()),
       congestion_(ctx.tcp_congestion),
       spin_(!host_oversubscribed(ctx)),
       links_(ctx.members.size()) {
@@ -491,6 +494,7 @@ Status TcpTransport::recv(int peer, Tag tag, void* data, std::size_t max_len, st
       Link& l = links_[static_cast<std::size_t>(peer)];
       const std::size_t n = whole.size();
       l.inbox.push_front(Message{tag, std::move(whole), false, n});
+      l.inbox_bytes += charge(l.inbox.front());
       return invalid_argument("group '" + name_ + "': " + w.op + ": the message from " + describe(peer) + " has " +
                               std::to_string(n) + " bytes, more than the " + std::to_string(max_len) +
                               " the receive buffer holds (it stays queued)");
@@ -578,6 +582,7 @@ Status TcpTransport::take_posted(int peer, Tag tag, std::string* head, bool* pla
   }
   l.post = Link::Post{};
   auto it = find();
+  l.inbox_bytes -= charge(*it);
   *placed = it->placed;
   *length = it->length;
   *head = std::move(it->bytes);
@@ -602,6 +607,7 @@ void TcpTransport::unpost(int peer) {
   }
   for (Message& m : l.inbox) {
     if (m.placed && m.tag == po.tag) {
+      l.inbox_bytes += m.length - m.bytes.size();
       m.bytes.append(po.dest, m.length - m.bytes.size());
       m.placed = false;
       break;
@@ -648,20 +654,20 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
     }
     if (now >= next_check) {
       next_check = now + kPeerCheck;
-      if (peer >= 0) {
-        if (peers_ != nullptr) {
-          for (std::size_t q = 0; q < members_.size(); ++q) {
-            if (static_cast<int>(q) != peer && (!watch_all || static_cast<int>(q) == rank_)) continue;
-            if (auto f = peers_->failure(members_[q].job_rank)) {
-              // What it sent before it went may already be here: read
-              // what the sockets hold before calling it lost.
-              for (int i = 0; i < 16 && !ready(); ++i) progress(0);
-              if (ready()) return Status::ok();
-              return remote_error("group '" + name_ + "': " + w.op + ": " + describe(static_cast<int>(q)) +
-                                  " failed: " + *f);
-            }
+      if ((peer >= 0 || watch_all) && peers_ != nullptr) {
+        for (std::size_t q = 0; q < members_.size(); ++q) {
+          if (static_cast<int>(q) != peer && (!watch_all || static_cast<int>(q) == rank_)) continue;
+          if (auto f = peers_->failure(members_[q].job_rank)) {
+            // What it sent before it went may already be here: read
+            // what the sockets hold before calling it lost.
+            for (int i = 0; i < 16 && !ready(); ++i) progress(0);
+            if (ready()) return Status::ok();
+            return remote_error("group '" + name_ + "': " + w.op + ": " +
+                                describe(static_cast<int>(q)) + " failed: " + *f);
           }
         }
+      }
+      if (peer >= 0) {
         if (std::string why = lost(peer); !why.empty())
           return remote_error("group '" + name_ + "': " + w.op + ": " + describe(peer) + " " + why);
         // A peer that never connected can leave without a word on any
@@ -742,7 +748,7 @@ void TcpTransport::progress(int timeout_ms) {
   }
   for (std::size_t q = 0; q < links_.size(); ++q) {
     const Link& l = links_[q];
-    if (l.in_fd >= 0 && !l.in_closed) {
+    if (reads(l)) {
       fds.push_back({l.in_fd, POLLIN, 0});
       who.push_back(static_cast<int>(q));
     }
@@ -760,7 +766,7 @@ void TcpTransport::progress(int timeout_ms) {
   // Bytes a link staged past an earlier receive's message are not in its
   // socket any more: parse them first, and only look at the sockets then.
   for (std::size_t q = 0; q < links_.size(); ++q) {
-    if (links_[q].stage_at < links_[q].stage_end) {
+    if (links_[q].stage_at < links_[q].stage_end && reads(links_[q])) {
       read_link(static_cast<int>(q));
       timeout_ms = 0;
     }
@@ -790,7 +796,10 @@ void TcpTransport::accept_all() {
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     Pending p{fd, {}, 0, Clock::now()};
-    if (!take_hello(p)) pending_.push_back(p);  // its hello is usually here already
+    if (!take_hello(p)) {  // its hello is usually here already
+      pending_.push_back(p);
+      expire_pending();  // a flood of connections holds kMaxPending descriptors at most
+    }
   }
 }
 
@@ -865,7 +874,8 @@ Status TcpTransport::pair_up(const std::vector<int>& peers, const Wait& w) {
       [&] {
         for (int q : peers) {
           const Link& l = links_[static_cast<std::size_t>(q)];
-          if (q < rank_ && reaches(q) && (l.in_fd < 0 || l.in_ours) && l.lost.empty()) return false;
+          if (q < rank_ && reaches(q) && (l.in_fd < 0 || l.in_ours) && lost(q).empty())
+            return false;
         }
         return true;
       },
@@ -884,7 +894,7 @@ Status TcpTransport::pair_up(const std::vector<int>& peers, const Wait& w) {
 // sender that keeps ahead never makes one call read everything it sends.
 void TcpTransport::read_link(int peer) {
   Link& l = links_[static_cast<std::size_t>(peer)];
-  if (l.post.active && l.post.done) return;
+  if (!reads(l)) return;
   // Where body byte `at` (of the frame) belongs.
   auto place = [&l](std::size_t at) { return at < l.body_keep ? l.body.data() + at : l.direct + (at - l.body_keep); };
   // Whether the caller has what it waits for: a message of the posted
@@ -903,6 +913,7 @@ void TcpTransport::read_link(int peer) {
       l.direct = nullptr;
     }
     l.inbox.push_back(Message{l.in_tag, std::move(l.body), l.direct != nullptr, l.body_total});
+    l.inbox_bytes += charge(l.inbox.back());
     l.body.clear();
     l.direct = nullptr;
     l.in_body = false;
@@ -920,45 +931,57 @@ void TcpTransport::read_link(int peer) {
         at += take;
         if (l.head_got < kHeadBytes) break;
         if (get32(l.head) != kFrameMagic) {
-          lose(peer, "sent a malformed frame");
+          refuse_input(peer, "sent a malformed frame");
           return false;
         }
         const std::uint32_t word = get32(l.head + 4);
         if ((word >> kTagBits) != (l.in_msgs & kNumberMask)) {
-          lose(peer, "sent its message " + std::to_string(word >> kTagBits) + " where message " +
-                         std::to_string(l.in_msgs & kNumberMask) +
-                         " was due (numbered modulo 2^24): a message was lost or repeated on the way");
+          refuse_input(
+              peer,
+              "sent its message " + std::to_string(word >> kTagBits) + " where message " +
+                  std::to_string(l.in_msgs & kNumberMask) +
+                  " was due (numbered modulo 2^24): a message was lost or repeated on the way");
+          return false;
+        }
+        const std::uint64_t total = get64(l.head + 8);
+        // The posted receive's message: the first of its tag not yet
+        // taken, of the expected length.
+        const std::uint32_t tag = word & ((1u << kTagBits) - 1);
+        Link::Post& po = l.post;
+        const bool earlier = std::any_of(l.inbox.begin(), l.inbox.end(),
+                                         [&](const Message& m) { return m.tag == tag; });
+        const bool fits =
+            po.up_to ? total >= po.keep && total <= po.keep + po.len : total == po.keep + po.len;
+        const bool matched = po.active && !po.matched && po.tag == tag && !earlier && fits;
+        const std::size_t keep = matched ? po.keep : static_cast<std::size_t>(total);
+        // The length is the peer's word: one this process cannot hold
+        // ends the link (a message is never half taken).
+        try {
+          if (total > l.body.max_size() || (!matched && total > memory_bytes_))
+            throw std::length_error("message length");
+          if (keep > kStageBytes && spare_.capacity() >= keep) {
+            // The spare keeps the size of its last message: shrinking to
+            // this one's writes nothing, and growing fills only the rest.
+            l.body = std::move(spare_);
+            l.body.resize(keep);
+          } else {
+            l.body.assign(keep, '\0');
+          }
+        } catch (const std::exception&) {
+          refuse_input(peer, "announced a message of " + std::to_string(total) +
+                                 " bytes, which this process cannot hold (the host has " +
+                                 std::to_string(memory_bytes_) + " bytes of memory)");
           return false;
         }
         ++l.in_msgs;
-        l.in_tag = word & ((1u << kTagBits) - 1);
-        l.body_total = get64(l.head + 8);
+        l.in_tag = tag;
+        l.body_total = static_cast<std::size_t>(total);
+        l.body_keep = keep;
         l.body_got = 0;
         l.head_got = 0;
         l.in_body = true;
-        // The posted receive's message: the first of its tag not yet
-        // taken, of the expected length.
-        Link::Post& po = l.post;
-        const bool earlier = std::any_of(l.inbox.begin(), l.inbox.end(),
-                                         [&](const Message& m) { return m.tag == l.in_tag; });
-        const bool fits = po.up_to ? l.body_total >= po.keep && l.body_total <= po.keep + po.len
-                                   : l.body_total == po.keep + po.len;
-        if (po.active && !po.matched && po.tag == l.in_tag && !earlier && fits) {
-          po.matched = true;
-          l.body_keep = po.keep;
-          l.direct = po.dest;
-        } else {
-          l.body_keep = l.body_total;
-          l.direct = nullptr;
-        }
-        if (l.body_keep > kStageBytes && spare_.capacity() >= l.body_keep) {
-          // The spare keeps the size of its last message: shrinking to
-          // this one's writes nothing, and growing fills only the rest.
-          l.body = std::move(spare_);
-          l.body.resize(l.body_keep);
-        } else {
-          l.body.assign(l.body_keep, '\0');
-        }
+        po.matched = po.matched || matched;
+        l.direct = matched ? po.dest : nullptr;
       }
       std::size_t take = std::min(l.body_total - l.body_got, l.stage_end - at);
       while (take > 0) {  // at most two pieces: the kept head, then the rest
@@ -1105,6 +1128,15 @@ std::string TcpTransport::link_state(int peer) {
 std::string TcpTransport::lost(int peer) {
   std::lock_guard<std::mutex> lock(out_mu_);
   return links_[static_cast<std::size_t>(peer)].lost;
+}
+
+void TcpTransport::refuse_input(int peer, const std::string& why) {
+  Link& l = links_[static_cast<std::size_t>(peer)];
+  l.stage_at = l.stage_end = 0;
+  l.head_got = 0;
+  l.in_closed = true;
+  if (l.in_fd >= 0) ::shutdown(l.in_fd, SHUT_RDWR);
+  lose(peer, why);
 }
 
 void TcpTransport::lose(int peer, const std::string& why) {

@@ -26,7 +26,9 @@
 // while waiting for the other tag is kept until asked for.  Sends are
 // buffered: what the socket does not take at once is copied and written
 // during later waits, so a send never waits for its receive, up to
-// pair_buffer_max bytes queued towards one peer.
+// pair_buffer_max bytes queued towards one peer.  A receiver keeps at most
+// as much again of one peer's messages that no call of its own asked for
+// yet (reads()); past both, the sender's send waits.
 //
 // Receiving happens on the caller's thread, inside its waits (a spin of
 // non-blocking looks until 200 µs pass without bytes from the awaited
@@ -186,11 +188,24 @@ class TcpTransport final : public Transport, public HostLinks {
       bool done = false;         // it arrived whole: nothing more is read until the next receive
     } post;
     std::deque<Message> inbox;  // whole messages not yet asked for
+    std::size_t inbox_bytes = 0;  // what inbox holds, each message as charge() counts it
     bool in_closed = false;     // the peer closed its connection to us
     std::string lost;           // why the link is gone, once it is (out_mu_)
     std::size_t dropped = 0;    // bytes queued for the peer when it went (out_mu_)
   };
   static constexpr std::size_t kStageBytes = 64 * 1024;
+  // What a message in an inbox costs the receiver: its bytes and its entry.
+  static std::size_t charge(const Message& m) { return m.bytes.size() + sizeof(Message); }
+  // Whether the link's socket is read now: not once its posted receive has
+  // its message (the rest is for later calls); without a posted receive,
+  // not while its inbox holds pair_buffer_max bytes (a message begun is
+  // read to its end), so the bytes a receiver keeps that it did not ask for
+  // are bounded as a sender's queue is, and a sender past both waits.
+  bool reads(const Link& l) const {
+    if (l.in_fd < 0 || l.in_closed) return false;
+    if (l.post.active) return !l.post.done;
+    return l.in_body || l.inbox_bytes < pair_buffer_max_;
+  }
   struct Pending {  // an accepted connection whose hello is not complete
     int fd;
     unsigned char hello[24];
@@ -228,6 +243,10 @@ class TcpTransport final : public Transport, public HostLinks {
   // its messages there), which then carries its messages.
   bool adopt_pending(int peer);
   void read_link(int peer);
+  // Ends the link over what its peer sent (a malformed frame, a message
+  // this process cannot hold): what is staged is dropped and its socket is
+  // no longer read, so no wait spins on bytes that can never be parsed.
+  void refuse_input(int peer, const std::string& why);
   // Waits for the next message of `tag` from `peer`: its first `keep`
   // bytes to `head`, the rest straight into `dest` as it arrives when it
   // fits (`*placed`), else all of it to `head`.
@@ -258,6 +277,7 @@ class TcpTransport final : public Transport, public HostLinks {
   Rendezvous* rendezvous_;
   const PeerMonitor* peers_;
   std::size_t pair_buffer_max_;
+  std::uint64_t memory_bytes_;  // the host's physical memory: no message past it is held
   std::string congestion_;  // of every connection ("system": the host's default)
   bool spin_ = true;        // waits look without blocking first (not on an oversubscribed host)
   int listen_fd_ = -1;

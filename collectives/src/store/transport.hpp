@@ -18,6 +18,7 @@
 #pragma once
 
 #include <time.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstddef>
@@ -42,6 +43,16 @@ inline std::int64_t coarse_now_ns() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The host's physical memory in bytes: a message whose length, as its
+// sender announces it, exceeds this cannot be held, and a transport refuses
+// it rather than try.
+inline std::uint64_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0
+             ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(size)
+             : UINT64_MAX;
 }
 
 // How long a call may wait, and what to call it in messages.
