@@ -24,7 +24,9 @@ void add_launch_time_env(Plan& plan, MpiMode mpi) {
   for (const auto& r : plan.ranks) ++on_host[static_cast<size_t>(r.host)];
   for (auto& r : plan.ranks) {
     const detect::Inventory& inv = plan.hosts[static_cast<size_t>(r.host)].inventory;
-    bool over = plan.oversubscribed || (inv.cpus > 0 && on_host[static_cast<size_t>(r.host)] > inv.cpus);
+    const auto planned = r.env.find("ACCRUN_OVERSUBSCRIBED");
+    bool over = (planned != r.env.end() && planned->second == "1") ||
+                (inv.cpus > 0 && on_host[static_cast<size_t>(r.host)] > inv.cpus);
     add_launch_env(r.env, r.rank, kAtLaunch, kAtLaunch, over, mpi != MpiMode::kPmi);
     if (mpi != MpiMode::kPmix) {
       // The PMI server's (accrun(7), MPI libraries).

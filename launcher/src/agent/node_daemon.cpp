@@ -343,6 +343,9 @@ class Daemon final : public ClientEvents, public DaemonControl {
   }
   int prepare_output_dir();
   int running_count() const;
+  // Whether the plan called this host oversubscribed (its ranks'
+  // ACCRUN_OVERSUBSCRIBED), not another host of the job.
+  bool planned_oversubscribed() const;
   std::vector<int> running_ranks() const;
   // Whether every rank a fence signature names ("*": the job) is on this host.
   bool all_here(const std::string& signature) const;
@@ -428,6 +431,15 @@ bool Daemon::all_here(const std::string& signature) const {
   for (int id : members->ids)
     if (host_index(id) != cfg_.host) return false;
   return true;
+}
+
+bool Daemon::planned_oversubscribed() const {
+  for (int r : local_ranks_) {
+    const Env& env = plan_.ranks[static_cast<std::size_t>(r)].env;
+    const auto it = env.find("ACCRUN_OVERSUBSCRIBED");
+    if (it != env.end() && it->second == "1") return true;
+  }
+  return false;
 }
 
 int Daemon::running_count() const {
@@ -607,7 +619,7 @@ void Daemon::spawn_launch(const SpawnLaunch& l, std::function<void(int, std::str
   const std::vector<int>& mine = job.ranks_by_node[static_cast<size_t>(job.node)];
 
   int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-  bool oversubscribed = plan_.oversubscribed;
+  bool oversubscribed = planned_oversubscribed();
   if (!oversubscribed) {
     long pus = sysconf(_SC_NPROCESSORS_ONLN);
     oversubscribed = pus > 0 && static_cast<long>(running_count() + static_cast<int>(mine.size())) > pus;
@@ -1284,8 +1296,9 @@ int Daemon::setup_and_spawn() {
   trace(t0_, "namespace registered");
   if (cfg_.mpi != MpiMode::kPmix) start_pmi();
   up_->tick();  // a slow start is not a dead host
-  // Count the host's processing units for OMPI_MCA_mpi_oversubscribe.
-  bool oversubscribed = plan_.oversubscribed;
+  // OMPI_MCA_mpi_oversubscribe where this host is oversubscribed: so
+  // planned, or more ranks here than processing units.
+  bool oversubscribed = planned_oversubscribed();
   if (!oversubscribed) {
     long pus = sysconf(_SC_NPROCESSORS_ONLN);
     oversubscribed = pus > 0 && static_cast<long>(local_ranks_.size()) > pus;

@@ -393,6 +393,28 @@ TEST(Launcher, InheritedPmiVariablesStayOutUnderPmix) {
   EXPECT_EQ(r.out, "end\n");
 }
 
+// OMPI_MCA_mpi_oversubscribe goes to the ranks of an oversubscribed host
+// only (accrun(7)), as ACCRUN_OVERSUBSCRIBED does, not to every rank of a
+// job where one host is: here host a holds 2 ranks in 1 slot, b 2 in 2.
+TEST(Launcher, OpenMpisOversubscribeIsSetPerHost) {
+  RunResult dry =
+      run({"--dry-run", "--json", "-H", "a:1,b:2", "--oversubscribe", "-n", "4", "true"});
+  ASSERT_EQ(dry.status, 0) << dry.err;
+  std::regex rank_re("\\{\"rank\": (\\d+).*?\"env\": \\{(.*?)\\}\\}");
+  int seen = 0;
+  for (auto it = std::sregex_iterator(dry.out.begin(), dry.out.end(), rank_re);
+       it != std::sregex_iterator(); ++it) {
+    const std::string env = (*it)[2];
+    const std::string host = first_match(env, "\"ACCRUN_HOST\": \"([^\"]*)\"");
+    const std::string over = first_match(env, "\"ACCRUN_OVERSUBSCRIBED\": \"([01])\"");
+    const bool ompi = env.find("\"OMPI_MCA_mpi_oversubscribe\": \"1\"") != std::string::npos;
+    EXPECT_EQ(over, host == "a" ? "1" : "0") << "rank " << (*it)[1] << " on " << host;
+    EXPECT_EQ(ompi, host == "a") << "rank " << (*it)[1] << " on " << host;
+    ++seen;
+  }
+  EXPECT_EQ(seen, 4) << dry.out;
+}
+
 // --dry-run --json's env is what a launch really adds to each rank's
 // environment: every value the same, "(at launch)" where only a launch
 // knows it, and nothing the launch adds left out but the PMIx library's own
