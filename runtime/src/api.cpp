@@ -587,6 +587,25 @@ ACCRUN_API int accrun_finalize(void) {
   });
 }
 
+// accrun_init_mpi(3): MPI initialised by libaccrun on the program's behalf.
+// The MPI calls live in collectives (mpi_init_owned), so libaccrun's C
+// boundary needs no MPI header; accrun_finalize() calls mpi_finalize_owned().
+// A failure's message (which names the call already) is the thread's last
+// error, as every call's, and goes to standard error too.
+ACCRUN_API int accrun_init_mpi(int* argc, char*** argv) {
+  int rc = ACCRUN_SUCCESS;
+  try {
+    const Status st = rt::forked_child().load(std::memory_order_relaxed)
+                          ? rt::forked_child_error("accrun_init_mpi")
+                          : accrun::collectives::mpi_init_owned(argc, argv);
+    if (!st.is_ok()) rc = fail(st);
+  } catch (...) {
+    rc = fail(Status(Code::kSystem, "accrun_init_mpi: internal error"));
+  }
+  if (rc != ACCRUN_SUCCESS) accrun::log(accrun::LogLevel::kError, "%s", t_last_error.c_str());
+  return rc;
+}
+
 namespace {
 template <class F>
 int getter(F&& f) noexcept {

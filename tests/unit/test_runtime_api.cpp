@@ -430,6 +430,9 @@ TEST(RuntimeApi, AForkedChildCannotUseTheLibraryNorUndoItsParent) {
     if (accrun_allreduce(g, &v, &out, 1, ACCRUN_INT32, ACCRUN_SUM, nullptr) != ACCRUN_ERR_INVALID_USAGE) fail('a');
     if (std::string(accrun_last_error()).find("fork") == std::string::npos) fail('m');
     if (accrun_put("child", msg, sizeof msg) != ACCRUN_ERR_INVALID_USAGE) fail('p');
+    // accrun_init_mpi's failure is the last error too (it names the call).
+    if (accrun_init_mpi(nullptr, nullptr) != ACCRUN_ERR_INVALID_USAGE) fail('x');
+    if (std::string(accrun_last_error()).rfind("accrun_init_mpi", 0) != 0) fail('l');
     accrun_group_t g2;
     if (accrun_group_init("child", 1, 0, ACCRUN_BACKEND_STORE, &g2) != ACCRUN_ERR_INVALID_USAGE) fail('g');
     if (accrun_init() != ACCRUN_ERR_INVALID_USAGE) fail('i');
@@ -448,7 +451,9 @@ TEST(RuntimeApi, AForkedChildCannotUseTheLibraryNorUndoItsParent) {
   char c;
   while (read(pipe_fds[0], &c, 1) == 1) letters += c;
   close(pipe_fds[0]);
-  EXPECT_EQ(letters, "") << "r: getters, a: allreduce, m: message, p: put, g: group_init, i: init, f: finalize";
+  EXPECT_EQ(letters, "")
+      << "r: getters, a: allreduce, m: message, p: put, x: init_mpi, l: its last error, "
+         "g: group_init, i: init, f: finalize";
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   // The parent goes on as before.
   EXPECT_EQ(lone_dirs(), dirs);
