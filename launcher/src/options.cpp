@@ -614,7 +614,7 @@ Placement:
                              the level --pod-blocks groups by (default pod)
   --bind-to none|core|numa|accelerator
                              CPU binding (default accelerator for ranks with
-                             accelerators, none otherwise)
+                             accelerators, else core with -c, else none)
   --report-bindings          print each rank's CPUs and devices at start
   --visible-devices own|node each rank sees its own devices (default), or all
                              of the job's devices on its host, its own first

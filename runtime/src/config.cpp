@@ -128,7 +128,8 @@ Result<RuntimeConfig> read_config(const std::vector<std::string>& environment) {
     double secs = std::strtod(s->c_str(), &end);
     // !(secs > 0): NaN too, which would make the timeout never end.
     if (s->empty() || *end != '\0' || !(secs > 0) || secs > 86400)
-      return invalid_argument("ACCRUN_GROUP_INIT_TIMEOUT='" + *s + "': expected seconds, e.g. 30");
+      return invalid_argument("ACCRUN_GROUP_INIT_TIMEOUT='" + *s +
+                              "': expected seconds above 0, at most 86400 (a day), e.g. 30");
     c.group_init_timeout_ms = static_cast<int>(std::ceil(secs * 1000));  // 0.0001 s: 1 ms, not none
   }
   if (const auto* s = get("ACCRUN_GROUP_TIMEOUT")) {
