@@ -29,6 +29,13 @@ for r in 0 1 2 3 4 5 6 7; do
   check "rank $r on $h" "^\[$h:$r\] $h $r/8 local $((r % 2))/2 node $((r / 2)) h1:[1-9][0-9]* mca=a b pmix=c$" "$out"
 done
 
+# Open MPI is told to oversubscribe on the host that is (h1: 2 ranks in 1
+# slot), not on the others (h2: 2 ranks in 2 slots, on 2 CPUs).
+out=$("$accrun" -H h1:1,h2:2 --oversubscribe -n 4 --launch-agent "$agent" \
+  sh -c 'echo "$(hostname) $ACCRUN_RANK over=$ACCRUN_OVERSUBSCRIBED mca=${OMPI_MCA_mpi_oversubscribe-unset}"' 2>&1)
+for r in 0 1; do check "rank $r on oversubscribed h1 has it" "^h1 $r over=1 mca=1$" "$out"; done
+for r in 2 3; do check "rank $r on h2 has not" "^h2 $r over=0 mca=unset$" "$out"; done
+
 # 2. Open MPI by direct launch across 4 hosts x 2.
 out=$("$accrun" -n 8 --hostfile "$hosts" --launch-agent "$agent" "${mpi_env[@]}" "$mpi_hello" 2>&1)
 rc=$?
