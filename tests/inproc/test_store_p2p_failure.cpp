@@ -469,14 +469,17 @@ TEST(StoreTuning, OneRoundAllreduceNarrowsWithMoreRanksOnCoresOfTheirOwn) {
   EXPECT_TRUE(store::allreduce_in_one_round(never, 16 * 1024, 64, false));
 }
 
-// Single-copy broadcast in the middle window only with one reader.
+// Single-copy broadcast below 16 MiB only with one reader, from 32 KiB.
 TEST(StoreTuning, MidSizedSingleCopyBroadcastOnlyWithOneReader) {
   const store::Tuning t;
   EXPECT_TRUE(store::broadcast_single_copy(t, 256 * 1024, 2));
   EXPECT_FALSE(store::broadcast_single_copy(t, 256 * 1024, 3));
   EXPECT_FALSE(store::broadcast_single_copy(t, 256 * 1024, 8));
-  EXPECT_FALSE(store::broadcast_single_copy(t, 64 * 1024, 2));
-  EXPECT_FALSE(store::broadcast_single_copy(t, 1024 * 1024, 2));
+  EXPECT_TRUE(store::broadcast_single_copy(t, 32 * 1024, 2));
+  EXPECT_FALSE(store::broadcast_single_copy(t, 16 * 1024, 2));
+  EXPECT_TRUE(store::broadcast_single_copy(t, 1024 * 1024, 2));
+  EXPECT_TRUE(store::broadcast_single_copy(t, (16u << 20) - 1, 2));
+  EXPECT_FALSE(store::broadcast_single_copy(t, (16u << 20) - 1, 3));
   EXPECT_TRUE(store::broadcast_single_copy(t, 16u << 20, 8));
 }
 

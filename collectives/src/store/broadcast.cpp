@@ -1,7 +1,8 @@
 // Broadcast over the shared-memory transport.
 //
 // Below bcast_cma_min (all, without CMA), apart from the single-copy window
-// [bcast_cma_mid_min, bcast_cma_mid_max) in a group of two on the host,
+// [bcast_cma_mid_min, bcast_cma_mid_max) in a group of two on the host (from
+// 32 KiB on, by default),
 // chunks stream through one of three
 // group-wide rings: messages of at most kTinyBytes (8) use a deep ring of
 // 32-byte slots, two to a cache line (a root running ahead writes the

@@ -71,13 +71,18 @@ struct Tuning {
   // Broadcast only: the rings beat single-copy reads through 4 MiB here
   // (benchmarks/README.md), so CMA is kept for larger messages.
   std::size_t bcast_cma_min = 16u << 20;
-  // With one reader (two ranks) single copy also wins in between (128
-  // KiB-512 KiB 30% faster than the rings); from 1 MiB the rings, whose
-  // root runs ahead of its readers, are faster again.  Several readers of
-  // the root's one buffer are slower than the rings there: on 16 cores
-  // 2.1x the rings' time at 3 ranks, 2.2-2.7x at 4, 4.5x at 8.
-  std::size_t bcast_cma_mid_min = 128 * 1024;
-  std::size_t bcast_cma_mid_max = 1024 * 1024;  // exclusive
+  // With one reader (two ranks) single copy from 32 KiB.  There the rings
+  // depend on where the hypervisor runs the two CPUs: on the 2-CPU VM of
+  // 2026-12-07, as raw MPI's one copy took 110-135 us for 1 MiB in every
+  // launch, the rings took 50 us in some launches and 230-320 in others
+  // (store/raw-mpi 1.3-2.2 at 1-8 MiB in 5 of 6 launches; 1.2-1.5 at 32
+  // and 64 KiB in 6 of 11), while single copy stayed at 0.83-1.09 from 32
+  // KiB to 4 MiB in every launch: its time follows raw MPI's.  (At 128-512
+  // KiB it was also 30% faster than the rings on the VM of 2026-11-28.)
+  // Several readers of the root's one buffer are slower than the rings:
+  // on 16 cores 2.1x the rings' time at 3 ranks, 2.2-2.7x at 4, 4.5x at 8.
+  std::size_t bcast_cma_mid_min = 32 * 1024;
+  std::size_t bcast_cma_mid_max = 16u << 20;  // exclusive (bcast_cma_min takes over)
   // Send/recv: the bytes a sender keeps buffered in side files towards one
   // receiver; past it a send waits until the receiver has taken enough (a
   // larger message goes alone).  accrun_send(3).
