@@ -740,8 +740,11 @@ void TcpTransport::progress(int timeout_ms) {
   fds.clear();
   who.clear();
   expire_pending();
-  fds.push_back({listen_fd_, POLLIN, 0});
-  who.push_back(-1);
+  if (accept_paused_until_ && Clock::now() >= *accept_paused_until_) accept_paused_until_.reset();
+  if (!accept_paused_until_) {
+    fds.push_back({listen_fd_, POLLIN, 0});
+    who.push_back(-1);
+  }
   for (std::size_t i = 0; i < pending_.size(); ++i) {
     fds.push_back({pending_[i].fd, POLLIN, 0});
     who.push_back(-2 - static_cast<int>(i));
@@ -792,7 +795,23 @@ void TcpTransport::progress(int timeout_ms) {
 }
 
 void TcpTransport::accept_all() {
-  for (int fd; (fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;) {
+  for (;;) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // The connection stays in the listener's backlog, which stays
+        // readable: look again later rather than spin on it.
+        accept_paused_until_ = Clock::now() + std::chrono::milliseconds(kAcceptPauseMs);
+        if (!told_out_of_descriptors_)
+          log(LogLevel::kWarn,
+              "group '%s': TCP transport: cannot accept a connection (%s); it waits until "
+              "the process has a descriptor to spare (raise ulimit -n?)",
+              name_.c_str(), std::strerror(errno));
+        told_out_of_descriptors_ = true;
+      }
+      return;
+    }
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     Pending p{fd, {}, 0, Clock::now()};
