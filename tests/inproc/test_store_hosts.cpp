@@ -523,6 +523,23 @@ TEST(StoreHostsTcp, ALeaderDeadBeforeItConnectedFailsTheGroupsCreationPromptly) 
   EXPECT_LT(took, 10.0) << b.status().message();
 }
 
+// A count whose bytes overflow is refused before anything moves, between
+// hosts as inside one (it would wrap to a few bytes and "succeed").
+TEST_P(StoreHosts, ACountWhoseBytesOverflowIsRefused) {
+  World w;
+  w.run(on_hosts(spec("overflow", 2), "ab", GetParam()), [&](int r, Backend& b) {
+    float x = 0;
+    const std::size_t huge = SIZE_MAX / 2;
+    for (Status s : {b.send(&x, huge, DType::kFloat32, 1 - r, nullptr),
+                     b.recv(&x, huge, DType::kFloat32, 1 - r, nullptr),
+                     b.allgather(&x, &x, huge / 3, DType::kFloat32, nullptr)}) {
+      EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.message();
+      EXPECT_NE(s.message().find("is too large"), std::string::npos) << s.message();
+    }
+    ASSERT_TRUE(b.barrier().is_ok());
+  });
+}
+
 TEST_P(StoreHosts, AMemberThatLeftNormallyDoesNotFailOthers) {
   // Group rank 2 (host c) takes part in a barrier, destroys its handle and
   // leaves; ranks 0 and 1 (hosts a and b) go on exchanging 4 MiB.

@@ -80,7 +80,7 @@ Status StoreGroup::check_rank(int r, const char* what) const {
 
 Status StoreGroup::check_buffers(const void* a, const void* b, std::size_t count, std::size_t ds) const {
   std::size_t bytes;  // (no division: a broadcast of a few bytes feels one)
-  if (__builtin_mul_overflow(count, ds, &bytes) || bytes > SIZE_MAX / 8)
+  if (!count_bytes(count, 1, ds, &bytes))
     return invalid_argument(where() + ": " + op_ + ": count " + std::to_string(count) + " is too large");
   if (count > 0 && (a == nullptr || b == nullptr))
     return invalid_argument(where() + ": " + op_ + ": NULL buffer with count " + std::to_string(count));

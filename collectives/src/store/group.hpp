@@ -45,6 +45,15 @@
 
 namespace accrun::collectives::store {
 
+// The bytes of `count` blocks of `per` elements of `ds` bytes, into *bytes:
+// false where that overflows or passes SIZE_MAX / 8 (a count no buffer can
+// have).  Every store group refuses such a count the same way.
+inline bool count_bytes(std::size_t count, std::size_t per, std::size_t ds, std::size_t* bytes) {
+  std::size_t elems;
+  return !__builtin_mul_overflow(count, per, &elems) && !__builtin_mul_overflow(elems, ds, bytes) &&
+         *bytes <= SIZE_MAX / 8;
+}
+
 class StoreGroup final : public Backend {
  public:
   // `across`: the host's part of a group across hosts (HierGroup), whose

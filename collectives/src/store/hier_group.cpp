@@ -217,9 +217,8 @@ Status HierGroup::check_rank(int r, const char* what) const {
 }
 
 Status HierGroup::check_count(std::size_t count, std::size_t per, DType dt) const {
-  std::size_t elems, bytes;
-  if (__builtin_mul_overflow(count, per, &elems) ||
-      __builtin_mul_overflow(elems, dtype_size(dt), &bytes) || bytes > SIZE_MAX / 8)
+  std::size_t bytes;
+  if (!count_bytes(count, per, dtype_size(dt), &bytes))
     return invalid_argument("group '" + name_ + "': " + op_ + ": count " + std::to_string(count) +
                             " is too large");
   return Status::ok();
