@@ -1154,8 +1154,10 @@ void TcpTransport::refuse_input(int peer, const std::string& why) {
   l.stage_at = l.stage_end = 0;
   l.head_got = 0;
   l.in_closed = true;
-  if (l.in_fd >= 0) ::shutdown(l.in_fd, SHUT_RDWR);
+  // The reason is recorded before the socket is shut: the writer thread
+  // would otherwise meet the shut socket first and name a broken pipe.
   lose(peer, why);
+  if (l.in_fd >= 0) ::shutdown(l.in_fd, SHUT_RDWR);
 }
 
 void TcpTransport::lose(int peer, const std::string& why) {
