@@ -668,8 +668,12 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
         }
       }
       if (peer >= 0) {
-        if (std::string why = lost(peer); !why.empty())
+        if (std::string why = lost(peer); !why.empty()) {
+          // Lost on the writer's side: the message may be whole in the socket.
+          for (int i = 0; i < 16 && !ready(); ++i) progress(0);
+          if (ready()) return Status::ok();
           return remote_error("group '" + name_ + "': " + w.op + ": " + describe(peer) + " " + why);
+        }
         // A peer that never connected can leave without a word on any
         // socket: after a second, and then every second, look whether it
         // said so in the group's directory (leaving()).
@@ -827,8 +831,12 @@ void TcpTransport::expire_pending() {
   const auto old = Clock::now() - std::chrono::milliseconds(kHelloWaitMs);
   std::size_t n = 0;
   while (n < pending_.size() && (pending_[n].since <= old || pending_.size() - n > kMaxPending)) {
-    refused(pending_[n].since <= old ? "sent no whole hello in time" : "sent no whole hello while many others waited");
-    ::close(pending_[n].fd);
+    // Its hello may have come while no call of ours looked: read it first.
+    if (!take_hello(pending_[n])) {
+      refused(pending_[n].since <= old ? "sent no whole hello in time"
+                                       : "sent no whole hello while many others waited");
+      ::close(pending_[n].fd);
+    }
     ++n;
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(n));
