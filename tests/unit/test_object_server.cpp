@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -51,6 +52,11 @@ struct TwoHosts {
     EXPECT_TRUE(a.is_ok() && b.is_ok());
     if (a.is_ok()) on_h0 = std::move(a).value();
     if (b.is_ok()) on_h1 = std::move(b).value();
+  }
+  // The port of h0's agent's server.
+  std::uint16_t port() const {
+    const std::string& addr = server->addresses();
+    return static_cast<std::uint16_t>(std::atoi(addr.c_str() + addr.rfind(':') + 1));
   }
 };
 
@@ -262,8 +268,7 @@ TEST(ObjectServer, IdleConnectionsNeitherHoldUpAGetNorStayOpen) {
   ASSERT_TRUE(t.server && t.on_h0 && t.on_h1);
   int v = 7;
   ASSERT_TRUE(t.on_h0->put("k", &v, sizeof v).is_ok());
-  const std::string& addr = t.server->addresses();
-  const auto port = static_cast<std::uint16_t>(std::atoi(addr.c_str() + addr.rfind(':') + 1));
+  const std::uint16_t port = t.port();
   const std::vector<int> idle = testing::open_idle(port, static_cast<int>(ObjectServer::kMaxReading) + 200);
   ASSERT_EQ(idle.size(), ObjectServer::kMaxReading + 200);
   const auto t0 = std::chrono::steady_clock::now();
@@ -278,6 +283,46 @@ TEST(ObjectServer, IdleConnectionsNeitherHoldUpAGetNorStayOpen) {
   std::this_thread::sleep_for(std::chrono::milliseconds(ObjectServer::kRequestWaitMs + 700));
   const std::size_t closed = testing::closed_by_peer(idle);
   EXPECT_EQ(closed, idle.size());
+}
+
+// An agent out of descriptors cannot accept a connection, which stays in
+// the backlog with the listener readable: the server leaves its listeners
+// alone a while instead of spinning on them (before: a core's worth of CPU
+// for as long as it lasted), and serves again once descriptors are free.
+TEST(ObjectServer, AnAgentOutOfDescriptorsWaitsInsteadOfSpinning) {
+  TwoHosts t;
+  ASSERT_TRUE(t.server && t.on_h0 && t.on_h1);
+  int v = 7;
+  ASSERT_TRUE(t.on_h0->put("k", &v, sizeof v).is_ok());
+  const std::uint16_t port = t.port();
+  auto cpu_ms = [] {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000.0 +
+           (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000.0;
+  };
+  rlimit was{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &was), 0);
+  const int lowest_free = ::dup(0);
+  ASSERT_GE(lowest_free, 0);
+  ::close(lowest_free);
+  rlimit one = was;
+  one.rlim_cur =
+      static_cast<rlim_t>(lowest_free) + 1;  // the test's connection, and none for the server
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &one), 0);
+  const int fd = testing::connect_loopback(port);
+  const double before = cpu_ms();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const double spent = cpu_ms() - before;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &was), 0);
+  ASSERT_GE(fd, 0);
+  EXPECT_LT(spent, 300.0) << "ms of CPU in 1 s with a connection the server could not accept";
+  v = 0;
+  std::size_t len = 0;
+  Status st = t.on_h1->get("k", &v, sizeof v, &len, 0);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(v, 7);
+  ::close(fd);
 }
 
 TEST(ObjectServer, AnAgentThatIsGoneIsARemoteErrorNamingItsHost) {

@@ -208,6 +208,8 @@ void ObjectServer::accept_loop() {
     std::uint64_t size;
   };
   std::deque<Queued> ready;  // answered gets whose bytes wait for a thread, in order
+  Clock::time_point accept_paused_until{};
+  bool told_out_of_descriptors = false;
   const auto wait = std::chrono::milliseconds(kRequestWaitMs);
   const char* const kInvalid = "sent no valid request";
   auto drop = [&](std::size_t i, const char* why) {
@@ -269,11 +271,20 @@ void ObjectServer::accept_loop() {
       ready.pop_front();
       r.thread = std::thread([this, p = &r] { serve(p); });
     }
-    // Connections that took too long for their request go.
+    // Connections that took too long for their request go, once what they
+    // sent while the acceptor was busy (a delete waiting on the host's
+    // lock) has been read.
     const auto now = Clock::now();
-    while (!reading.empty() && now - reading.front().since >= wait) drop(0, "sent no whole request in time");
+    while (!reading.empty() && now - reading.front().since >= wait) {
+      const int got = reading.front().advance();
+      if (got > 0)
+        take(0);
+      else
+        drop(0, got < 0 ? kInvalid : "sent no whole request in time");
+    }
     fds.assign(1, pollfd{wake_[0], POLLIN, 0});
-    for (int l : listeners_) fds.push_back({l, POLLIN, 0});
+    if (now >= accept_paused_until)
+      for (int l : listeners_) fds.push_back({l, POLLIN, 0});
     const std::size_t first_reading = fds.size();
     for (const Reading& r : reading) fds.push_back({r.fd, POLLIN, 0});
     int timeout = 1000;
@@ -282,6 +293,11 @@ void ObjectServer::accept_loop() {
           std::chrono::duration_cast<std::chrono::milliseconds>(reading.front().since + wait - now).count() + 1, 1,
           1000));
     if (!ready.empty()) timeout = std::min(timeout, 10);  // a transfer ending frees a thread
+    if (now < accept_paused_until) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(accept_paused_until - now);
+      timeout = std::min(timeout, static_cast<int>(left.count()) + 1);
+    }
     int rc = ::poll(fds.data(), fds.size(), timeout);
     if (rc < 0 && errno != EINTR) return;
     if (fds[0].revents != 0 || stopping_) {
@@ -306,7 +322,20 @@ void ObjectServer::accept_loop() {
       if ((fds[i].revents & POLLIN) == 0) continue;
       for (int n = 0; n < wire::kAcceptsPerRound; ++n) {
         auto fd = wire::accept_tcp(fds[i].fd);
-        if (!fd || *fd < 0) break;
+        if (!fd) {
+          // Out of descriptors (EMFILE and the like): the connection stays
+          // in the backlog and the listener readable, so it is left alone
+          // a while instead of spun on.
+          accept_paused_until = Clock::now() + std::chrono::milliseconds(kAcceptPauseMs);
+          if (!told_out_of_descriptors)
+            log(LogLevel::kWarn,
+                "object server: cannot accept a connection (%s); it waits until the agent has a "
+                "descriptor to spare (raise ulimit -n?)",
+                fd.status().message().c_str());
+          told_out_of_descriptors = true;
+          break;
+        }
+        if (*fd < 0) break;
         // Refused (not on this host): the host's own; the ranks' groups say so.
         (void)set_tcp_congestion(*fd, congestion_);
         reading.push_back(Reading{*fd, Clock::now()});
