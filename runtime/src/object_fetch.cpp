@@ -20,7 +20,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kConnectWait = std::chrono::seconds(5);
-constexpr auto kStall = std::chrono::seconds(30);
 
 // One open connection, closed on every path.
 struct Socket {
@@ -82,7 +81,7 @@ Result<int> connect_to(const std::string& addr) {
 // Moves n bytes; false with *why set when the peer closed, failed or made
 // no progress for `stall`.
 bool transfer(int fd, bool out, unsigned char* p, std::uint64_t n, std::string* why,
-              std::chrono::seconds stall = kStall) {
+              std::chrono::seconds stall) {
   auto last = Clock::now();
   while (n > 0) {
     std::size_t chunk = static_cast<std::size_t>(std::min<std::uint64_t>(n, 1 << 30));
@@ -105,7 +104,8 @@ bool transfer(int fd, bool out, unsigned char* p, std::uint64_t n, std::string* 
     pollfd pf{fd, static_cast<short>(out ? POLLOUT : POLLIN), 0};
     int rc = ::poll(&pf, 1, wait_ms(last + stall));
     if (rc == 0 && Clock::now() >= last + stall) {
-      *why = stall == kStall ? "nothing moved for 30 s" : "no answer within " + std::to_string(stall.count()) + " s";
+      *why = (stall == kConnectWait ? "no answer within " : "nothing moved for ") +
+             std::to_string(stall.count()) + " s";
       return false;
     }
   }
@@ -155,10 +155,29 @@ Result<std::uint64_t> request(const std::string& server, const std::string& host
   return remote_error("cannot reach host " + host + "'s agent at " + server + ": " + errors);
 }
 
+// The agent answers a get at once, but its bytes may then wait their turn
+// behind the transfers the agent is serving (ObjectServer::kMaxRequests at
+// once), however long those take: the wait for the first byte is not bounded
+// by the stall.  The connection's keepalive finds a host that is gone (in
+// about 10 s), an agent that ends closes the connection, and an agent that
+// stops answering accrun is found by accrun, which ends the job.
+void await_turn(int fd) {
+  const int on = 1, idle = 5, every = 1, count = 5;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &every, sizeof every);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+  pollfd p{fd, POLLIN, 0};
+  while (::poll(&p, 1, -1) < 0 && errno == EINTR) {
+  }
+  // Readable, closed or failed: the transfer that follows says which.
+}
+
 }  // namespace
 
-Status fetch_remote_object(const std::string& server, const std::string& host, const std::string& file, void* buf,
-                           std::uint64_t len) {
+Status fetch_remote_object(const std::string& server, const std::string& host,
+                           const std::string& file, void* buf, std::uint64_t len,
+                           std::chrono::seconds stall) {
   int fd = -1;
   auto size = request(server, host, objects::Op::kGet, file, &fd);
   if (!size) return size.status();
@@ -167,7 +186,8 @@ Status fetch_remote_object(const std::string& server, const std::string& host, c
     return remote_error("host " + host + "'s agent holds " + std::to_string(*size) + " bytes, not the " +
                         std::to_string(len) + " the metadata says");
   std::string why;
-  if (!transfer(s.fd, false, static_cast<unsigned char*>(buf), len, &why))
+  if (len > 0) await_turn(s.fd);
+  if (!transfer(s.fd, false, static_cast<unsigned char*>(buf), len, &why, stall))
     return remote_error("reading from host " + host + "'s agent: " + why);
   return Status::ok();
 }

@@ -368,6 +368,74 @@ TEST(ObjectServer, AnAgentThatDoesNotAnswerIsGivenUpAfterFiveSeconds) {
   ::close(l);
 }
 
+// A get of `file` from the server at 127.0.0.1:port whose reader then
+// reads nothing, with a small receive buffer: the server's transfer blocks.
+int stalled_get(std::uint16_t port, const std::string& file) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  const sockaddr_in a = testing::loopback_address(port);
+  std::string req(objects::kMagic);
+  req += static_cast<char>(objects::Op::kGet);
+  req += '\0';
+  req += static_cast<char>(file.size());
+  req += '\0';
+  req += file;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 ||
+      ::send(fd, req.data(), req.size(), 0) != static_cast<ssize_t>(req.size())) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// The object files in a host's directory.
+std::vector<std::string> object_files(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().rfind("obj.", 0) == 0) files.push_back(e.path().filename());
+  return files;
+}
+
+// A get that finds every transfer thread of the agent busy waits its turn,
+// however long the transfers ahead of it take (before: it failed as a
+// stall, "nothing moved for 30 s", once they took longer than that; here
+// the get is given a 1 s stall and waits 3 s).
+TEST(ObjectServer, AGetWaitsItsTurnBehindTheTransfersInFlight) {
+  TwoHosts t;
+  ASSERT_TRUE(t.server && t.on_h0);
+  const auto big = pattern(16 << 20, 5), small = pattern(4096, 6);
+  ASSERT_TRUE(t.on_h0->put("big", big.data(), big.size()).is_ok());
+  const std::vector<std::string> before = object_files(t.d0.path());
+  ASSERT_EQ(before.size(), 1u);
+  ASSERT_TRUE(t.on_h0->put("small", small.data(), small.size()).is_ok());
+  std::string small_file;
+  for (const std::string& f : object_files(t.d0.path()))
+    if (f != before[0]) small_file = f;
+  ASSERT_FALSE(small_file.empty());
+  std::vector<int> readers;
+  for (int i = 0; i < ObjectServer::kMaxRequests; ++i) {
+    readers.push_back(stalled_get(t.port(), before[0]));
+    ASSERT_GE(readers.back(), 0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // every thread taken
+  std::vector<unsigned char> got(small.size());
+  Status st;
+  double took = 0;
+  std::thread getter([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    st = runtime::fetch_remote_object(t.server->addresses(), "h0", small_file, got.data(),
+                                      got.size(), std::chrono::seconds(1));
+    took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  for (int fd : readers) ::close(fd);
+  getter.join();
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(got, small);
+  EXPECT_GE(took, 2.5) << "the get did not wait behind the transfers in flight";
+}
+
 TEST(ObjectServer, StoppingCutsATransferThatStalls) {
   TwoHosts t;
   ASSERT_TRUE(t.server && t.on_h0);
@@ -377,22 +445,8 @@ TEST(ObjectServer, StoppingCutsATransferThatStalls) {
   for (const auto& e : std::filesystem::directory_iterator(t.d0.path()))
     if (e.path().filename().string().rfind("obj.", 0) == 0) file = e.path().filename();
   // A reader that asks and then reads nothing: the server blocks in sendfile.
-  const std::string& addr = t.server->addresses();
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  int small = 4096;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(std::atoi(addr.c_str() + addr.rfind(':') + 1)));
-  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  std::string req(objects::kMagic);
-  req += static_cast<char>(objects::Op::kGet);
-  req += '\0';
-  req += static_cast<char>(file.size());
-  req += '\0';
-  req += file;
-  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  const int fd = stalled_get(t.port(), file);
+  ASSERT_GE(fd, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   auto t0 = std::chrono::steady_clock::now();
   t.server.reset();  // joins every request's thread
