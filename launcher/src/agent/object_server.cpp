@@ -299,8 +299,10 @@ void ObjectServer::accept_loop() {
       timeout = std::min(timeout, static_cast<int>(left.count()) + 1);
     }
     int rc = ::poll(fds.data(), fds.size(), timeout);
-    if (rc < 0 && errno != EINTR) return;
-    if (fds[0].revents != 0 || stopping_) {
+    const bool failed = rc < 0 && errno != EINTR;
+    if (failed)
+      log(LogLevel::kError, "object server: poll: %s; it serves no more", std::strerror(errno));
+    if (failed || fds[0].revents != 0 || stopping_) {
       for (const Reading& r : reading) ::close(r.fd);
       for (const Queued& q : ready) {
         ::close(q.fd);
