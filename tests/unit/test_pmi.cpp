@@ -2,7 +2,10 @@
 // conversations replayed against the server and the job's PMI key-value
 // space, malformed and wrong use, the process mapping string, and fences
 // through a router as across hosts.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <map>
@@ -372,6 +375,113 @@ TEST(PmiFence, AbortCarriesTheExitCode) {
   EXPECT_EQ(job.rec.aborted[0], std::make_pair(0, 7));
   job.send(1, kInit1);
   EXPECT_EQ(field(fields_of(job.send(1, "cmd=barrier_in\n")), "rc"), "-1");
+}
+
+// The keys and values one host's ranks put are bounded: past 16 MiB a put
+// is wrong use (before: the agent's memory grew without bound, and a fence
+// answer over the wire's frame limit dropped the host).
+TEST(PmiServer, PutsPastTheHostsBoundAreWrongUse) {
+  Job job(1);
+  job.send(0, kInit1);
+  const std::string value(1000, 'v');
+  std::size_t held = 0, next = 0;  // bytes put, and those of the put refused
+  Fields f;
+  for (int k = 0; k < 100000; ++k) {
+    const std::string key = "k" + std::to_string(k);
+    f = fields_of(job.send(0, "cmd=put kvsname=accrun.test key=" + key + " value=" + value + "\n"));
+    next = key.size() + value.size();
+    if (field(f, "rc") != "0") break;
+    held += next;
+  }
+  EXPECT_EQ(field(f, "rc"), "-1");
+  EXPECT_NE(field(f, "msg").value_or("").find("past_16_MiB"), std::string::npos)
+      << field(f, "msg").value_or("");
+  EXPECT_LE(held, PmiJobSpace::kMaxHostBytes);
+  EXPECT_GT(held + next, PmiJobSpace::kMaxHostBytes);
+  ASSERT_EQ(job.rec.misused.size(), 1U);
+}
+
+// A rank that sends requests without reading the replies fills its socket:
+// the reply that does not fit ends the connection instead of being cut
+// short and run into the next one (before: after the rank read what was
+// there, later replies followed the cut one, a line that does not parse),
+// and its host's fences fail saying why.
+TEST(PmiService, ARankThatLeavesItsRepliesUnreadIsCutOffNotAnsweredGarbled) {
+  PmiJobInfo info;
+  info.kvsname = "accrun.test";
+  info.size = info.universe_size = 2;
+  info.process_mapping = process_mapping({0, 0});
+  Recorder rec;
+  PmiService svc(info, 2, rec.events());
+  Env env;
+  Result<int> child = svc.prepare(0, env);
+  ASSERT_TRUE(child.is_ok());
+  const int fd = *child;
+  ::fcntl(fd, F_SETFL, O_NONBLOCK);
+  auto say = [&](const std::string& line) {
+    const ssize_t n = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL);
+    svc.on_readable(0);
+    return n == static_cast<ssize_t>(line.size());
+  };
+  ASSERT_TRUE(say(kInit1));
+  for (int i = 0; i < 100000 && say("cmd=get_maxes\n"); ++i) {
+  }
+  std::string got;
+  char buf[65536];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+    got.append(buf, static_cast<std::size_t>(n));
+  say("cmd=get_maxes\n");  // one more, now that the rank reads
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+    got.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  // Every whole line is a whole reply; only the last may be cut short.
+  std::size_t at = 0, lines = 0;
+  for (std::size_t nl; (nl = got.find('\n', at)) != std::string::npos; at = nl + 1, ++lines)
+    ASSERT_EQ(
+        got.compare(at, 21, "cmd=response_to_init ") == 0 || got.compare(at, 10, "cmd=maxes ") == 0,
+        true)
+        << "line " << lines << ": " << got.substr(at, nl - at);
+  EXPECT_GT(lines, 100u);
+  bool failed = false;
+  std::string why;
+  svc.space().fence(1, [&](bool ok, const std::string& w) {
+    failed = !ok;
+    why = w;
+  });
+  EXPECT_TRUE(failed);
+  EXPECT_NE(why.find("rank 0 left its PMI replies unread"), std::string::npos) << why;
+}
+
+// A fence is the whole job's: once a rank has finalized, a later fence of
+// another rank fails at once instead of waiting for it forever.
+TEST(PmiFence, AFenceAfterARankFinalizedFails) {
+  Job job(2);
+  job.send(0, kInit1);
+  job.send(1, kInit1);
+  EXPECT_EQ(field(fields_of(job.send(0, "cmd=finalize\n")), "rc"), "0");
+  Fields f = fields_of(job.send(1, "cmd=barrier_in\n"));
+  EXPECT_EQ(field(f, "rc"), "-1");
+  EXPECT_NE(field(f, "msg").value_or("").find("rank_0_finalized"), std::string::npos)
+      << field(f, "msg").value_or("");
+}
+
+// The router's answer may come after the job's PMI space is gone (an
+// agent of a tree serves its links after its own ranks ended): it is
+// dropped, not written into freed memory.
+TEST(PmiFence, ARouterAnswerAfterTheSpaceIsGoneIsDropped) {
+  Job job(2, "accrun.test", /*local=*/1);
+  std::function<void(bool, std::string)> finish;
+  job.ev.fence_router = [&](const std::string&, std::string,
+                            std::function<void(bool, std::string)> done) {
+    finish = std::move(done);
+  };
+  job.send(0, kInit1);
+  EXPECT_TRUE(job.send(0, "cmd=barrier_in\n").empty());
+  ASSERT_TRUE(finish);
+  job.conns.clear();
+  job.space.reset();
+  finish(true, PmiJobSpace::encode({{"c", "2"}}));  // ASan: a heap-use-after-free before
+  EXPECT_TRUE(job.out[0].empty());
 }
 
 // Across hosts: this host's puts leave in one blob with signature "pmi:*";

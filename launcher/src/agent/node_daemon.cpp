@@ -492,7 +492,9 @@ void Daemon::on_abort(int rank, int status, const std::string& message) {
   std::string how = "called abort with status " + std::to_string(status);
   // Open MPI passes "N/A" when MPI_Abort has no message.
   if (!message.empty() && message != "N/A") how += " (" + message + ")";
-  record_failure(*r, status, "abort", how);
+  // An exit status keeps 8 bits: a code that would read as success (256)
+  // is a failure all the same.
+  record_failure(*r, status != 0 && (status & 0xff) == 0 ? 1 : status, "abort", how);
 }
 
 int Daemon::add_output_pipe(int id, OutKind kind, const std::string& prefix) {

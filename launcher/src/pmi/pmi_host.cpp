@@ -62,7 +62,28 @@ std::optional<std::string> PmiJobSpace::put(int rank, const std::string& key, co
   auto it = pending_.find(key);
   if (it != pending_.end() && it->second.first != rank)
     return "put of key '" + key + "', which rank " + std::to_string(it->second.first) + " put before";
+  if (auto err = hold(key, it == pending_.end() ? 0 : key.size() + it->second.second.size(),
+                      key.size() + value.size()))
+    return err;
   pending_[key] = {rank, value};
+  return std::nullopt;
+}
+
+std::optional<std::string> PmiJobSpace::put_node(const std::string& key, const std::string& value) {
+  auto it = node_.find(key);
+  if (auto err = hold(key, it == node_.end() ? 0 : key.size() + it->second.size(),
+                      key.size() + value.size()))
+    return err;
+  node_[key] = value;
+  return std::nullopt;
+}
+
+std::optional<std::string> PmiJobSpace::hold(const std::string& key, std::size_t old_bytes,
+                                             std::size_t new_bytes) {
+  if (held_ - old_bytes + new_bytes > kMaxHostBytes)
+    return "put of key '" + key + "' would take this host's PMI keys and values past " +
+           std::to_string(kMaxHostBytes >> 20) + " MiB";
+  held_ = held_ - old_bytes + new_bytes;
   return std::nullopt;
 }
 
@@ -84,16 +105,20 @@ void PmiJobSpace::fence(int, std::function<void(bool ok, const std::string& why)
     return;
   }
   routed_ = true;
-  events_->fence_router(kFenceSignature, std::move(blob), [this](bool ok, std::string all) {
-    routed_ = false;
-    std::map<std::string, std::string> got;
-    if (ok && !decode(all, &got)) {
-      complete(false, "the job's PMI fence brought back malformed data");
-      return;
-    }
-    for (auto& [k, v] : got) committed_[k] = std::move(v);
-    complete(ok, ok ? "" : "the job's PMI fence failed on another host");
-  });
+  // The answer may come after the job's PMI service is gone (an agent of a
+  // tree serves its links after its own ranks ended).
+  events_->fence_router(kFenceSignature, std::move(blob),
+                        [this, alive = std::weak_ptr<bool>(alive_)](bool ok, std::string all) {
+                          if (alive.expired()) return;
+                          routed_ = false;
+                          std::map<std::string, std::string> got;
+                          if (ok && !decode(all, &got)) {
+                            complete(false, "the job's PMI fence brought back malformed data");
+                            return;
+                          }
+                          for (auto& [k, v] : got) committed_[k] = std::move(v);
+                          complete(ok, ok ? "" : "the job's PMI fence failed on another host");
+                        });
 }
 
 void PmiJobSpace::complete(bool ok, const std::string& why) {
@@ -133,6 +158,8 @@ void PmiJobSpace::misuse(int rank, const std::string& message) {
 }
 
 void PmiJobSpace::finalized(int rank) {
+  // A fence is the whole job's: none can complete once a rank has left.
+  poison("rank " + std::to_string(rank) + " finalized");
   if (events_ && events_->finalized) events_->finalized(rank);
 }
 
@@ -163,7 +190,10 @@ Result<int> PmiService::prepare(int rank, Env& env) {
         continue;
       } else {
         // The rank does not read its replies (or is gone): its socket is
-        // full of them.  It cannot be served any more.
+        // full of them.  A reply cut short would run into the next one, so
+        // the connection ends here.
+        ::shutdown(raw->fd, SHUT_RDWR);
+        raw->unread = true;
         break;
       }
     }
@@ -189,7 +219,9 @@ void PmiService::on_readable(size_t index) {
   if (index >= sockets_.size()) return;
   Socket& s = *sockets_[index];
   char buf[8192];
-  while (s.fd >= 0) {
+  // A bounded number of reads a turn: a rank that writes without pause
+  // does not hold up the agent's loop (the socket stays readable).
+  for (int reads = 0; reads < 16 && s.fd >= 0; ++reads) {
     ssize_t n = read(s.fd, buf, sizeof buf);
     if (n > 0) {
       bool was_new = s.conn->version() == 0;
@@ -204,7 +236,10 @@ void PmiService::on_readable(size_t index) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     // EOF (or an error): the rank closed it, usually by exiting.
-    if (!s.conn->closed_cleanly())
+    if (s.unread)
+      space_.poison("rank " + std::to_string(s.rank) +
+                    " left its PMI replies unread until its socket was full");
+    else if (!s.conn->closed_cleanly())
       space_.poison("rank " + std::to_string(s.rank) + " closed its PMI connection without finalize");
     close_socket(s);
     return;

@@ -40,12 +40,14 @@ struct PmiEvents {
 // the router brought back every host's; then their puts are visible.
 class PmiJobSpace final : public PmiHost {
  public:
+  static constexpr std::size_t kMaxHostBytes = std::size_t{16} << 20;
+
   PmiJobSpace(int local_ranks, PmiEvents* events) : local_ranks_(local_ranks), events_(events) {}
 
   std::optional<std::string> put(int rank, const std::string& key, const std::string& value) override;
   void fence(int rank, std::function<void(bool ok, const std::string& why)> done) override;
   std::optional<std::string> get(const std::string& key) const override;
-  void put_node(const std::string& key, const std::string& value) override { node_[key] = value; }
+  std::optional<std::string> put_node(const std::string& key, const std::string& value) override;
   std::optional<std::string> get_node(const std::string& key) const override;
   void abort(int rank, int code, const std::string& message) override;
   void misuse(int rank, const std::string& message) override;
@@ -71,6 +73,13 @@ class PmiJobSpace final : public PmiHost {
   std::vector<std::function<void(bool, const std::string&)>> waiting_;
   bool routed_ = false;                    // this round's blob went to the router
   std::optional<std::string> poisoned_;
+  // The bytes of the keys and values this host's ranks put (job and node),
+  // at most kMaxHostBytes: past that a put is wrong use, not memory without
+  // bound nor a fence answer too large to travel.
+  std::optional<std::string> hold(const std::string& key, std::size_t old_bytes,
+                                  std::size_t new_bytes);
+  std::size_t held_ = 0;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // expires with this space
 };
 
 // The sockets.  prepare() before spawning a rank, adopt its end after.
@@ -98,6 +107,7 @@ class PmiService {
   struct Socket {
     int rank = 0;
     int fd = -1;
+    bool unread = false;  // ended for replies it left unread
     std::unique_ptr<PmiConnection> conn;
   };
   void close_socket(Socket& s);

@@ -374,7 +374,7 @@ bool PmiConnection::handle_v2(const std::string& message) {
     if (!key || !value || !key_ok(*key) || value->size() > kValueMax)
       return fail(response, "info-putnodeattr needs a key of 1 to " + std::to_string(kKeyMax) +
                                 " bytes and a value of at most " + std::to_string(kValueMax));
-    host_->put_node(*key, *value);
+    if (auto err = host_->put_node(*key, *value)) return fail(response, *err);
     reply_v2({{"cmd", response}, {"rc", "0"}});
   } else if (cmd == "info-getnodeattr") {
     const std::string* key = find(f, "key");

@@ -49,7 +49,8 @@ class PmiHost {
   // A committed value of the job, if any.
   virtual std::optional<std::string> get(const std::string& key) const = 0;
   // Node attributes (PMI-2 info-putnodeattr/getnodeattr): this host only.
-  virtual void put_node(const std::string& key, const std::string& value) = 0;
+  // An error message if the put is wrong use.
+  virtual std::optional<std::string> put_node(const std::string& key, const std::string& value) = 0;
   virtual std::optional<std::string> get_node(const std::string& key) const = 0;
   // The rank asked to abort the job with exit code `code`.
   virtual void abort(int rank, int code, const std::string& message) = 0;

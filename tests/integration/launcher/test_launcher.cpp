@@ -733,6 +733,13 @@ TEST(Launcher, MpiAbortCodeIsTheExitStatus) {
   EXPECT_EQ(r.err.find("[warn]"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("[warn]"), std::string::npos) << r.out;
 }
+
+// An exit status keeps 8 bits: MPI_Abort(256) must not end the job with 0.
+TEST(Launcher, AnAbortCodeThatWouldReadAsSuccessExitsOne) {
+  RunResult r = run({"-n", "2", MPI_HELLO_EXE, "abort=1:256"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("called abort with status 256"), std::string::npos) << r.err;
+}
 #endif
 
 // PMIx_Query_info and PMIx_Job_control (accrun(7), "Queries and job
