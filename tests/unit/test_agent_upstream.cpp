@@ -165,5 +165,24 @@ TEST(AgentUpstream, AHostLostFromTheTreeFailsTheWholeJobRoundsWaitingHereButTheL
   EXPECT_EQ(sigs, (std::vector<std::string>{"*", "*", "pmi:*", "0,1"}));
 }
 
+// Once the job's servers are gone (its ranks ended), answers that come
+// later (an agent of the tree still reads its links) reach nobody, and the
+// rounds stay counted: the answer is taken, not a protocol error.
+TEST(AgentUpstream, AnswersAfterTheServersAreForgottenReachNobody) {
+  Pair p;
+  AgentUpstream up(p.fd[0], 3);
+  RecordingDaemon d;
+  Answers star;
+  up.fence("*", "a", star.next());
+  up.forget_waiters();
+  up.defer({fence_done_frame("*", true, "r1")});
+  EXPECT_TRUE(up.catch_up(d));
+  EXPECT_TRUE(star.got.empty());
+  up.fence("*", "b", star.next());
+  up.defer({fence_done_frame("*", true, "r2")});
+  EXPECT_TRUE(up.catch_up(d));
+  EXPECT_EQ(star.got, (std::vector<std::pair<bool, std::string>>{{true, "r2"}}));
+}
+
 }  // namespace
 }  // namespace accrun::launcher

@@ -1647,6 +1647,10 @@ void Daemon::finish() {
     s.running = false;
   }
   kill_adopted(not_ours(), std::chrono::seconds(1));
+  // The agent goes on reading its links (it may serve objects, or carry
+  // other hosts' fences along the tree): a late answer must not reach the
+  // servers freed here.
+  up_->forget_waiters();
   pmi_.reset();
   pmix_.reset();
   trace(t0_, "PMIx server finalised");

@@ -170,6 +170,10 @@ class Upstream {
   // the controller has been silent too long (its host or the network went
   // away), which the daemon treats as the controller being gone.
   virtual bool tick() { return true; }
+  // The job's servers are going (its ranks ended): answers still to come
+  // (fences, modex, lookups, spawns) reach nobody; the rounds and requests
+  // stay counted, so what the controller sends later is still in order.
+  virtual void forget_waiters() {}
 };
 
 // How to run a job, besides the Plan.  Built once from the options and the

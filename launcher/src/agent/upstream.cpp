@@ -256,6 +256,15 @@ bool AgentUpstream::fence_done(std::string_view payload) {
   return true;
 }
 
+void AgentUpstream::forget_waiters() {
+  for (auto& [sig, q] : fences_)
+    for (auto& done : q) done = [](bool, std::string) {};
+  for (auto& [id, done] : status_waiters_) done = [](int) {};
+  for (auto& [id, done] : lookup_waiters_) done = [](int, std::vector<DirectoryEntry>) {};
+  for (auto& [id, done] : modex_waiters_) done = [](int, std::string) {};
+  for (auto& [id, done] : spawn_waiters_) done = [](int, std::string) {};
+}
+
 bool AgentUpstream::fences_fail(std::string_view payload) {
   wire::Reader r(payload);
   auto n = r.u32("fences fail: count");

@@ -65,6 +65,7 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   void spawn(const SpawnRequest& request, std::function<void(int, std::string)> done) override;
   void spawned_ended(int id) override;
   void signal_procs(int sig, bool stop, const std::vector<int>& ids) override;
+  void forget_waiters() override;
   void heard() { last_heard_ = std::chrono::steady_clock::now(); }
   // Sends one frame; a send that had to wait ended because the controller
   // read, which is word from it too.
