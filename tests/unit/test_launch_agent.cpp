@@ -203,6 +203,13 @@ TEST(SlurmAllocation, HostsGivenInsideItAreReachedBySrunAndCheckedWithoutCase) {
   Status wrong = apply_slurm_allocation(spelt, env.envp());
   EXPECT_EQ(wrong.code(), Code::kInvalidArgument);
   EXPECT_NE(wrong.message().find("Slurm spells it h1"), std::string::npos) << wrong.message();
+  // A full name of an allocated node is not Slurm's spelling either.
+  Options full;
+  full.host_list = "h2.cluster.example:2";
+  wrong = apply_slurm_allocation(full, env.envp());
+  EXPECT_EQ(wrong.code(), Code::kInvalidArgument);
+  EXPECT_NE(wrong.message().find("h2.cluster.example (-H) (Slurm spells it h2"), std::string::npos)
+      << wrong.message();
   Options own;
   own.host_list = "h1:1";
   own.launch_agent = "ssh -F cfg";
@@ -233,6 +240,27 @@ TEST(SlurmAllocation, InsideAStepTheJobsNodesAndCpusCount) {
   st = apply_slurm_allocation(b, bad.envp());
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_EQ(st.message().rfind("SLURM_JOB_CPUS_PER_NODE '2' gives 1 counts", 0), 0u) << st.message();
+}
+
+// -n comes from SLURM_NTASKS when it is a task count; anything else is
+// one clear error naming the variable (before: "abc" was ignored and "8x"
+// read as 8).
+TEST(SlurmAllocation, SlurmNtasksIsATaskCountOrAClearError) {
+  for (const char* bad : {"abc", "8x", "0", "-2", "99999999999", ""}) {
+    SlurmEnv env({"SLURM_JOB_ID=99", "SLURM_JOB_NODELIST=h[1-2]", "SLURM_TASKS_PER_NODE=2(x2)",
+                  std::string("SLURM_NTASKS=") + bad});
+    Options o;
+    Status st = apply_slurm_allocation(o, env.envp());
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << bad;
+    EXPECT_EQ(st.message().rfind(std::string("SLURM_NTASKS '") + bad + "' is not a task count", 0),
+              0u)
+        << st.message();
+  }
+  SlurmEnv env({"SLURM_JOB_ID=99", "SLURM_JOB_NODELIST=h[1-2]", "SLURM_TASKS_PER_NODE=2(x2)",
+                "SLURM_NTASKS=4"});
+  Options o;
+  ASSERT_TRUE(apply_slurm_allocation(o, env.envp()).is_ok());
+  EXPECT_EQ(o.np, 4);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // slurm.cpp — the Slurm allocation as accrun's hosts (slurm.hpp).
 #include "controller/slurm.hpp"
 
+#include <charconv>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -21,9 +23,19 @@ const char* lookup(char** envp, const char* name) {
   return nullptr;
 }
 
-// How a node is compared with the allocation's: its first label, exactly
-// (srun's --nodelist takes Slurm's spelling only).
+// Where this host is looked for among the allocation's nodes: by its first
+// label (its own name may be the full one).  The nodes a user names are
+// compared whole: srun's --nodelist takes Slurm's spelling only.
 std::string short_name(const std::string& s) { return s.substr(0, s.find('.')); }
+
+// A task count of 1 or more, the whole string.
+std::optional<int> task_count(const char* s) {
+  int n = 0;
+  const char* end = s + std::strlen(s);
+  auto [at, ec] = std::from_chars(s, end, n);
+  if (ec != std::errc() || at != end || n < 1) return std::nullopt;
+  return n;
+}
 
 }  // namespace
 
@@ -62,18 +74,21 @@ Status apply_slurm_allocation(Options& options, char** envp) {
   if (options.hostfile || options.host_list) {
     // Only what Slurm gave this job ("localhost" only where accrun runs on
     // an allocated node: a login node is not one).
-    std::set<std::string> allocated;
-    for (const auto& n : *nodes) allocated.insert(short_name(n));
+    const std::set<std::string> allocated(nodes->begin(), nodes->end());
+    std::set<std::string> allocated_short;
+    for (const auto& n : *nodes) allocated_short.insert(short_name(n));
     auto entries = options.hostfile ? hostfiles::read_hostfile(*options.hostfile)
                                     : hostfiles::parse_host_list(*options.host_list);
     if (!entries) return Status();  // the planner reports it
-    const bool here_allocated = allocated.count(short_name(this_hostname(detect_config(options, envp)))) > 0;
+    const bool here_allocated =
+        allocated_short.count(short_name(this_hostname(detect_config(options, envp)))) > 0;
     std::string others;
     for (const auto& e : *entries) {
-      if ((here_allocated && names_this_host(e.name, "localhost")) || allocated.count(short_name(e.name))) continue;
+      if ((here_allocated && names_this_host(e.name, "localhost")) || allocated.count(e.name))
+        continue;
       others += (others.empty() ? "" : ", ") + e.name + " (" + e.origin + ")";
       for (const auto& n : allocated)
-        if (ascii_lower(n) == ascii_lower(short_name(e.name)))
+        if (ascii_lower(short_name(n)) == ascii_lower(short_name(e.name)))
           others += " (Slurm spells it " + n + ", and srun takes only that)";
     }
     if (!others.empty())
@@ -105,7 +120,14 @@ Status apply_slurm_allocation(Options& options, char** envp) {
     hosts += (i ? "," : "") + (*nodes)[i] + ":" + std::to_string(slots[i]);
   options.host_list = hosts;
   if (!options.np && !in_step) {
-    if (const char* n = lookup(envp, "SLURM_NTASKS"); n != nullptr && std::atoi(n) > 0) options.np = std::atoi(n);
+    if (const char* n = lookup(envp, "SLURM_NTASKS"); n != nullptr) {
+      std::optional<int> count = task_count(n);
+      if (!count)
+        return invalid_argument(
+            std::string("SLURM_NTASKS '") + n +
+            "' is not a task count (a whole number, 1 or more); give -n to override it");
+      options.np = *count;
+    }
   }
   if (options.launch_agent == kDefaultLaunchAgent) options.launch_agent = kSrunLaunchAgent;
   return Status();

@@ -4,14 +4,14 @@
 // mpirun and prterun do inside one.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "accrun/options.hpp"
 #include "accrun/plan.hpp"
 #include "accrun/status.hpp"
 
 namespace accrun::launcher {
-
-#include <string>
-#include <vector>
 
 // The launch agent inside an allocation: not a command per host but one
 // srun step for all of them (srun_step_command).  It names itself so in
