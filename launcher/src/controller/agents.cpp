@@ -107,6 +107,12 @@ Result<std::unique_ptr<AgentSet>> AgentSet::start(const AgentsConfig& config) {
   for (size_t i = 0; i < config.hosts.size(); ++i) remote |= !set->is_local(static_cast<int>(i));
   if (remote && config.launch_agent != kSrunLaunchAgent)
     if (Status s = check_launch_agent(config.launch_agent, getenv("PATH")); !s) return s;
+  if (remote && config.launch_agent == kSrunLaunchAgent &&
+      !check_launch_agent("srun", getenv("PATH")))
+    return invalid_usage(
+        "inside a Slurm allocation the other nodes' agents are started by srun, which is not on "
+        "this host's PATH; give the job Slurm's environment (sbatch --export=ALL, or load Slurm's "
+        "module), or name another launch agent with --launch-agent; nothing was started");
   // This host's agent first, before any listening socket exists for it
   // to inherit.
   if (Status s = set->fork_local_agents(); !s) return s;

@@ -742,6 +742,20 @@ TEST(Launcher, AnAbortCodeThatWouldReadAsSuccessExitsOne) {
 }
 #endif
 
+// Inside an allocation on a node where srun is not on PATH (a batch
+// script run with --export=NONE), accrun says so before starting anything
+// (before: the launch failed as "exited with status 127", with a hint
+// about accrun's own path).
+TEST(Launcher, InsideSlurmWithoutSrunOnThePathIsOneClearError) {
+  RunResult r =
+      run({"-n", "2", "/bin/true"}, {"SLURM_JOB_ID=77", "SLURM_JOB_NODELIST=node-a,node-b",
+                                     "SLURM_JOB_CPUS_PER_NODE=1(x2)", "PATH=/nonexistent"});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("started by srun, which is not on this host's PATH"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
 // PMIx_Query_info and PMIx_Job_control (accrun(7), "Queries and job
 // control"): the job's namespaces and spawn support are answered; a rank
 // terminated at another's request ends the job without a failure.
