@@ -1526,23 +1526,13 @@ TEST(StoreHostsTcp, AListenerOutOfDescriptorsWaitsInsteadOfSpinning) {
   ASSERT_NE(p.links(), nullptr);
   p.connect(1);  // not accepted yet: the member accepts inside its calls
   p.frame(0, 4, "abcd", 1);
-  rlimit was{};
-  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &was), 0);
-  const int lowest_free = ::dup(0);
-  ASSERT_GE(lowest_free, 0);
-  ::close(lowest_free);
-  rlimit none = was;
-  none.rlim_cur = static_cast<rlim_t>(lowest_free);  // no descriptor left to open
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &none), 0);
-  struct Restore {
-    rlimit r;
-    ~Restore() { ::setrlimit(RLIMIT_NOFILE, &r); }
-  } restore{was};
+  accrun::testing::DescriptorLimit none(0);  // no descriptor left to open
+  ASSERT_TRUE(none.ok());
   double cpu_ms = 0;
   Status s = idle_receive(p, 1, &cpu_ms);
   EXPECT_EQ(s.code(), Code::kTimeout) << s.message();
   EXPECT_LT(cpu_ms, 300.0) << "the 1 s wait spent that much CPU";
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &was), 0);
+  ASSERT_TRUE(none.lift());
   char in[8] = {};
   std::size_t got = 0;
   s = p.links()->recv(1, store::HostLinks::kP2p, in, sizeof in, &got, wait_ms(5000));

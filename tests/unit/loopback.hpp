@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -76,5 +77,33 @@ inline std::size_t closed_by_peer(const std::vector<int>& fds) {
   }
   return closed;
 }
+
+// While it lives, this process may open only `spare` more descriptors
+// (RLIMIT_NOFILE lowered to the lowest free one plus `spare`): the
+// listeners' tests at the descriptor limit.  ok() says whether it was set.
+class DescriptorLimit {
+ public:
+  explicit DescriptorLimit(int spare) {
+    const int lowest_free = ::dup(0);
+    if (lowest_free < 0 || ::getrlimit(RLIMIT_NOFILE, &was_) != 0) return;
+    ::close(lowest_free);
+    rlimit low = was_;
+    low.rlim_cur = static_cast<rlim_t>(lowest_free + spare);
+    set_ = ::setrlimit(RLIMIT_NOFILE, &low) == 0;
+  }
+  ~DescriptorLimit() { lift(); }
+  DescriptorLimit(const DescriptorLimit&) = delete;
+  DescriptorLimit& operator=(const DescriptorLimit&) = delete;
+  bool ok() const { return set_; }
+  // The limit as it was; true once it is.
+  bool lift() {
+    if (set_ && ::setrlimit(RLIMIT_NOFILE, &was_) == 0) set_ = false;
+    return !set_;
+  }
+
+ private:
+  rlimit was_{};
+  bool set_ = false;
+};
 
 }  // namespace accrun::testing

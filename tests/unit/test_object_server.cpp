@@ -301,20 +301,13 @@ TEST(ObjectServer, AnAgentOutOfDescriptorsWaitsInsteadOfSpinning) {
     return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000.0 +
            (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000.0;
   };
-  rlimit was{};
-  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &was), 0);
-  const int lowest_free = ::dup(0);
-  ASSERT_GE(lowest_free, 0);
-  ::close(lowest_free);
-  rlimit one = was;
-  one.rlim_cur =
-      static_cast<rlim_t>(lowest_free) + 1;  // the test's connection, and none for the server
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &one), 0);
+  testing::DescriptorLimit one(1);  // the test's connection, and none for the server
+  ASSERT_TRUE(one.ok());
   const int fd = testing::connect_loopback(port);
   const double before = cpu_ms();
   std::this_thread::sleep_for(std::chrono::seconds(1));
   const double spent = cpu_ms() - before;
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &was), 0);
+  ASSERT_TRUE(one.lift());
   ASSERT_GE(fd, 0);
   EXPECT_LT(spent, 300.0) << "ms of CPU in 1 s with a connection the server could not accept";
   v = 0;
