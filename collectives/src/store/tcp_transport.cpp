@@ -24,6 +24,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "accrun/accept_pause.hpp"
 #include "accrun/log.hpp"
 #include "accrun/tcp_congestion.hpp"
 #include "store/tcp_counts.hpp"
@@ -744,8 +745,7 @@ void TcpTransport::progress(int timeout_ms) {
   fds.clear();
   who.clear();
   expire_pending();
-  if (accept_paused_until_ && Clock::now() >= *accept_paused_until_) accept_paused_until_.reset();
-  if (!accept_paused_until_) {
+  if (accept_pause_.listening()) {
     fds.push_back({listen_fd_, POLLIN, 0});
     who.push_back(-1);
   }
@@ -803,17 +803,8 @@ void TcpTransport::accept_all() {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        // The connection stays in the listener's backlog, which stays
-        // readable: look again later rather than spin on it.
-        accept_paused_until_ = Clock::now() + std::chrono::milliseconds(kAcceptPauseMs);
-        if (!told_out_of_descriptors_)
-          log(LogLevel::kWarn,
-              "group '%s': TCP transport: cannot accept a connection (%s); it waits until "
-              "the process has a descriptor to spare (raise ulimit -n?)",
-              name_.c_str(), std::strerror(errno));
-        told_out_of_descriptors_ = true;
-      }
+      if (AcceptPause::out_of_resources(errno))
+        accept_pause_.pause(errno, "group '" + name_ + "': TCP transport");
       return;
     }
     const int one = 1;

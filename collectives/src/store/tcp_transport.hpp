@@ -52,6 +52,7 @@
 #include <thread>
 #include <vector>
 
+#include "accrun/accept_pause.hpp"
 #include "accrun/backend.hpp"
 #include "store/host_links.hpp"
 #include "store/transport.hpp"
@@ -216,9 +217,6 @@ class TcpTransport final : public Transport, public HostLinks {
   static constexpr int kHelloWaitMs = 3000;
   static constexpr std::size_t kMaxPending = 256;
   static constexpr int kReportedRefusals = 10;
-  // How long the listener is left alone after an accept found the process
-  // out of descriptors (the connection waits in its backlog meanwhile).
-  static constexpr int kAcceptPauseMs = 100;
   class TaggedChannel;
 
   TcpTransport(const GroupContext& ctx, std::vector<bool> needs, std::size_t pair_buffer_max);
@@ -289,10 +287,9 @@ class TcpTransport final : public Transport, public HostLinks {
   std::vector<Link> links_;
   std::vector<Pending> pending_;  // oldest first
   int refusals_ = 0;
-  // Until when progress() leaves the listener out of its poll (a listener
-  // whose connection cannot be accepted stays readable); none when empty.
-  std::optional<Clock::time_point> accept_paused_until_;
-  bool told_out_of_descriptors_ = false;
+  // Whether progress() polls the listener (one whose connection cannot be
+  // accepted stays readable).
+  AcceptPause accept_pause_;
   std::vector<std::unique_ptr<TaggedChannel>> channels_;
   unsigned spin_turn_ = 0;  // wait_for's spins, across calls (the caller's thread)
   std::vector<pollfd> poll_fds_;  // progress()'s, kept between calls

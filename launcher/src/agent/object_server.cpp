@@ -17,6 +17,7 @@
 #include <cstring>
 #include <deque>
 
+#include "accrun/accept_pause.hpp"
 #include "accrun/log.hpp"
 #include "accrun/object_wire.hpp"
 #include "accrun/tcp_congestion.hpp"
@@ -208,8 +209,7 @@ void ObjectServer::accept_loop() {
     std::uint64_t size;
   };
   std::deque<Queued> ready;  // answered gets whose bytes wait for a thread, in order
-  Clock::time_point accept_paused_until{};
-  bool told_out_of_descriptors = false;
+  AcceptPause accept_pause;  // listeners left out of poll a while
   const auto wait = std::chrono::milliseconds(kRequestWaitMs);
   const char* const kInvalid = "sent no valid request";
   auto drop = [&](std::size_t i, const char* why) {
@@ -283,7 +283,7 @@ void ObjectServer::accept_loop() {
         drop(0, got < 0 ? kInvalid : "sent no whole request in time");
     }
     fds.assign(1, pollfd{wake_[0], POLLIN, 0});
-    if (now >= accept_paused_until)
+    if (accept_pause.listening(now))
       for (int l : listeners_) fds.push_back({l, POLLIN, 0});
     const std::size_t first_reading = fds.size();
     for (const Reading& r : reading) fds.push_back({r.fd, POLLIN, 0});
@@ -293,11 +293,7 @@ void ObjectServer::accept_loop() {
           std::chrono::duration_cast<std::chrono::milliseconds>(reading.front().since + wait - now).count() + 1, 1,
           1000));
     if (!ready.empty()) timeout = std::min(timeout, 10);  // a transfer ending frees a thread
-    if (now < accept_paused_until) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(accept_paused_until - now);
-      timeout = std::min(timeout, static_cast<int>(left.count()) + 1);
-    }
+    timeout = accept_pause.bound(timeout, now);
     int rc = ::poll(fds.data(), fds.size(), timeout);
     const bool failed = rc < 0 && errno != EINTR;
     if (failed)
@@ -325,16 +321,9 @@ void ObjectServer::accept_loop() {
       for (int n = 0; n < wire::kAcceptsPerRound; ++n) {
         auto fd = wire::accept_tcp(fds[i].fd);
         if (!fd) {
-          // Out of descriptors (EMFILE and the like): the connection stays
-          // in the backlog and the listener readable, so it is left alone
-          // a while instead of spun on.
-          accept_paused_until = Clock::now() + std::chrono::milliseconds(kAcceptPauseMs);
-          if (!told_out_of_descriptors)
-            log(LogLevel::kWarn,
-                "object server: cannot accept a connection (%s); it waits until the agent has a "
-                "descriptor to spare (raise ulimit -n?)",
-                fd.status().message().c_str());
-          told_out_of_descriptors = true;
+          // Out of descriptors, or another failure that leaves the
+          // listener readable: it is left alone a while, not spun on.
+          accept_pause.pause(errno, "object server");
           break;
         }
         if (*fd < 0) break;

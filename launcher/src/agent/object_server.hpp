@@ -39,9 +39,6 @@ class ObjectServer {
   static constexpr int kMaxRequests = 64;          // transfers at once
   static constexpr std::size_t kMaxReading = 512;  // connections yet to send a whole request
   static constexpr int kRequestWaitMs = 2000;      // for a connection's request
-  // How long the listeners are left alone after an accept found the agent
-  // out of descriptors (the connection waits in the backlog meanwhile).
-  static constexpr int kAcceptPauseMs = 100;
 
   // Listens on each of `addresses` (numeric IPv4/IPv6, port chosen by the
   // kernel) and serves the object files in `dir`.  Addresses that cannot be
