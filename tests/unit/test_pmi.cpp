@@ -47,13 +47,13 @@ struct Job {
   std::vector<std::unique_ptr<PmiConnection>> conns;
   std::vector<std::string> out;
 
-  explicit Job(int n, std::string kvsname = "accrun.test", int local = -1) {
+  explicit Job(int n, std::string kvsname = "accrun.test", int local = -1, std::string host = "") {
     info.kvsname = std::move(kvsname);
     info.size = n;
     info.universe_size = n;
     info.process_mapping = process_mapping(std::vector<int>(static_cast<size_t>(n), 0));
     ev = rec.events();
-    space = std::make_unique<PmiJobSpace>(local < 0 ? n : local, &ev);
+    space = std::make_unique<PmiJobSpace>(local < 0 ? n : local, &ev, std::move(host));
     out.resize(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r)
       conns.push_back(std::make_unique<PmiConnection>(r, &info, space.get(),
@@ -360,7 +360,8 @@ TEST(PmiFence, RankLeavingWithoutFinalizeReleasesTheOthers) {
   job.send(1, kInit1);
   EXPECT_TRUE(job.send(0, "cmd=barrier_in\n").empty());
   EXPECT_FALSE(job.conns[1]->closed_cleanly());
-  job.space->poison("rank 1 closed its PMI connection without finalize");  // what PmiService does at EOF
+  job.space->poison(1,
+                    "closed its PMI connection without finalize");  // what PmiService does at EOF
   Fields f = fields_of(job.take(0));
   EXPECT_EQ(field(f, "rc"), "-1");
 }
@@ -522,6 +523,92 @@ TEST(PmiFence, MalformedDataFromTheRouterFailsTheFence) {
   };
   job.send(0, kInit1);
   EXPECT_EQ(field(fields_of(job.send(0, "cmd=barrier_in\n")), "rc"), "-1");
+}
+
+// The job controller's part in fences across hosts, for hosts simulated
+// here: a round completes once every host sent its part, and each host
+// gets every host's parts back.
+struct Rounds {
+  struct Round {
+    std::map<int, std::string> parts;
+    std::map<int, std::function<void(bool, std::string)>> done;
+  };
+  int hosts;
+  std::vector<Round> rounds;
+  std::map<int, size_t> next;  // host -> its next round
+  explicit Rounds(int n) : hosts(n) {}
+  void attach(Job& job, int host) {
+    job.ev.fence_router = [this, host](const std::string& sig, std::string blob,
+                                       std::function<void(bool, std::string)> done) {
+      EXPECT_EQ(sig, kFenceSignature);
+      size_t k = next[host]++;
+      if (rounds.size() <= k) rounds.resize(k + 1);
+      rounds[k].parts[host] = std::move(blob);
+      rounds[k].done[host] = std::move(done);
+      if (static_cast<int>(rounds[k].parts.size()) < hosts) return;
+      std::string all;
+      for (auto& [h, part] : rounds[k].parts) all += part;
+      auto answers = std::move(rounds[k].done);  // an answer may start the next round
+      for (auto& [h, d] : answers) d(true, all);
+    };
+  }
+};
+
+// Two hosts: pmi-a with rank 0, pmi-b with the job's other ranks; every
+// rank has sent init.
+struct TwoHosts {
+  Rounds rounds{2};
+  Job a, b;
+  explicit TwoHosts(int n) : a(n, "accrun.test", 1, "pmi-a"), b(n, "accrun.test", n - 1, "pmi-b") {
+    rounds.attach(a, 0);
+    rounds.attach(b, 1);
+    a.send(0, kInit1);
+    for (int r = 1; r < n; ++r) b.send(r, kInit1);
+  }
+};
+
+// Across hosts: a rank that leaves on one host (here without finalize)
+// fails the fence the other hosts' ranks wait in, naming it and its host,
+// and every later fence there fails at once.  Before, the other hosts
+// waited for that host's part until --timeout.
+TEST(PmiFence, ARankThatLeftOnAnotherHostFailsTheFencesThere) {
+  TwoHosts job(2);
+  Rounds& job_rounds = job.rounds;
+  Job& a = job.a;
+  Job& b = job.b;
+  b.space->poison(1, "closed its PMI connection without finalize");
+  EXPECT_EQ(job_rounds.next[1], 1U);  // pmi-b sent its reason as its part of round 1
+  EXPECT_TRUE(a.out[0].empty());
+  Fields f = fields_of(a.send(0, "cmd=barrier_in\n"));
+  EXPECT_EQ(field(f, "rc"), "-1");
+  EXPECT_EQ(field(f, "msg"), "rank_1_on_host_pmi-b_closed_its_PMI_connection_without_finalize");
+  f = fields_of(a.send(0, "cmd=barrier_in\n"));
+  EXPECT_EQ(field(f, "rc"), "-1");
+  EXPECT_EQ(job_rounds.next[0], 1U);  // failed here, without a round no other host would join
+  EXPECT_EQ(job_rounds.next[1], 1U);  // pmi-b learnt nothing new: it sends nothing more
+}
+
+// A host whose rank fails while the host's part of a round is already
+// with the router: that round completes for everyone, and the failure
+// then travels as the host's part of the next one.
+TEST(PmiFence, AFailureDuringARoundReachesTheOtherHostsInTheNext) {
+  TwoHosts job(3);
+  Rounds& job_rounds = job.rounds;
+  Job& a = job.a;
+  Job& b = job.b;
+  b.send(1, "cmd=put kvsname=accrun.test key=k1 value=v1\n");
+  EXPECT_TRUE(b.send(1, "cmd=barrier_in\n").empty());
+  EXPECT_TRUE(b.send(2, "cmd=barrier_in\n").empty());
+  ASSERT_EQ(job_rounds.next[1], 1U);  // pmi-b's part of round 1 is out
+  EXPECT_TRUE(b.send(2, "cmd=abort exitcode=3\n").empty());
+  EXPECT_EQ(job_rounds.next[1], 1U);  // not before round 1 is answered
+  EXPECT_EQ(a.send(0, "cmd=barrier_in\n"), "cmd=barrier_out\n");
+  EXPECT_EQ(b.take(1), "cmd=barrier_out\n");
+  EXPECT_EQ(field(fields_of(a.send(0, "cmd=get kvsname=accrun.test key=k1\n")), "value"), "v1");
+  EXPECT_EQ(job_rounds.next[1], 2U);  // then its reason, as its part of round 2
+  Fields f = fields_of(a.send(0, "cmd=barrier_in\n"));
+  EXPECT_EQ(field(f, "rc"), "-1");
+  EXPECT_EQ(field(f, "msg"), "rank_2_on_host_pmi-b_aborted");
 }
 
 }  // namespace

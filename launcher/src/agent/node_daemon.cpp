@@ -1613,6 +1613,8 @@ void Daemon::start_pmi() {
   std::vector<int> node_of_rank;
   for (const auto& r : plan_.ranks) node_of_rank.push_back(r.host);
   info.process_mapping = pmi::process_mapping(node_of_rank);
+  if (plan_.hosts.size() > 1)
+    info.host = plan_.hosts[static_cast<size_t>(cfg_.host)].inventory.host;
   pmi::PmiEvents ev;
   ev.fence_router = pmix_->fence_router();
   ev.connected = [this](int rank) { on_connected(rank); };

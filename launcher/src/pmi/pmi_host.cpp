@@ -116,8 +116,17 @@ void PmiJobSpace::fence(int, std::function<void(bool ok, const std::string& why)
                             complete(false, "the job's PMI fence brought back malformed data");
                             return;
                           }
+                          if (auto failed = got.find(""); failed != got.end()) {
+                            // Another host's rank failed: this round and
+                            // every later one fail, here as there.
+                            told_ = true;
+                            poison_with(failed->second);
+                            complete(false, failed->second);
+                            return;
+                          }
                           for (auto& [k, v] : got) committed_[k] = std::move(v);
                           complete(ok, ok ? "" : "the job's PMI fence failed on another host");
+                          tell_other_hosts();
                         });
 }
 
@@ -127,12 +136,25 @@ void PmiJobSpace::complete(bool ok, const std::string& why) {
   for (auto& d : done) d(ok, why);
 }
 
-void PmiJobSpace::poison(const std::string& why) {
+void PmiJobSpace::poison(int rank, const std::string& what) {
+  poison_with("rank " + std::to_string(rank) + (host_.empty() ? "" : " on host " + host_) + " " +
+              what);
+  tell_other_hosts();
+}
+
+void PmiJobSpace::poison_with(const std::string& why) {
   if (poisoned_) return;
   poisoned_ = why;
   // A round already with the router completes through it (the other hosts
   // wait for this host's part); one still gathering here ends now.
   if (!routed_) complete(false, why);
+}
+
+void PmiJobSpace::tell_other_hosts() {
+  if (!poisoned_ || told_ || routed_ || !events_ || !events_->fence_router) return;
+  told_ = true;
+  pending_.clear();
+  events_->fence_router(kFenceSignature, encode({{"", *poisoned_}}), [](bool, std::string) {});
 }
 
 std::optional<std::string> PmiJobSpace::get(const std::string& key) const {
@@ -148,23 +170,23 @@ std::optional<std::string> PmiJobSpace::get_node(const std::string& key) const {
 }
 
 void PmiJobSpace::abort(int rank, int code, const std::string& message) {
-  poison("rank " + std::to_string(rank) + " aborted");
+  poison(rank, "aborted");
   if (events_ && events_->aborted) events_->aborted(rank, code, message);
 }
 
 void PmiJobSpace::misuse(int rank, const std::string& message) {
-  poison("rank " + std::to_string(rank) + " used PMI wrongly");
+  poison(rank, "used PMI wrongly");
   if (events_ && events_->misused) events_->misused(rank, "used PMI wrongly: " + message);
 }
 
 void PmiJobSpace::finalized(int rank) {
   // A fence is the whole job's: none can complete once a rank has left.
-  poison("rank " + std::to_string(rank) + " finalized");
+  poison(rank, "finalized");
   if (events_ && events_->finalized) events_->finalized(rank);
 }
 
 PmiService::PmiService(PmiJobInfo job, int local_ranks, PmiEvents events)
-    : job_(std::move(job)), events_(std::move(events)), space_(local_ranks, &events_) {}
+    : job_(std::move(job)), events_(std::move(events)), space_(local_ranks, &events_, job_.host) {}
 
 PmiService::~PmiService() {
   for (auto& s : sockets_) close_socket(*s);
@@ -237,10 +259,9 @@ void PmiService::on_readable(size_t index) {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     // EOF (or an error): the rank closed it, usually by exiting.
     if (s.unread)
-      space_.poison("rank " + std::to_string(s.rank) +
-                    " left its PMI replies unread until its socket was full");
+      space_.poison(s.rank, "left its PMI replies unread until its socket was full");
     else if (!s.conn->closed_cleanly())
-      space_.poison("rank " + std::to_string(s.rank) + " closed its PMI connection without finalize");
+      space_.poison(s.rank, "closed its PMI connection without finalize");
     close_socket(s);
     return;
   }

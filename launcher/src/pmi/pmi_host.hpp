@@ -10,10 +10,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "agent/node_daemon.hpp"
 #include "accrun/status.hpp"
+#include "agent/node_daemon.hpp"
 #include "pmi/pmi_server.hpp"
 
 namespace accrun::launcher::pmi {
@@ -42,7 +43,10 @@ class PmiJobSpace final : public PmiHost {
  public:
   static constexpr std::size_t kMaxHostBytes = std::size_t{16} << 20;
 
-  PmiJobSpace(int local_ranks, PmiEvents* events) : local_ranks_(local_ranks), events_(events) {}
+  // `host` names this host in the reasons its fences fail with ("rank 3
+  // on host h2 finalized"); empty on one host.
+  PmiJobSpace(int local_ranks, PmiEvents* events, std::string host = "")
+      : local_ranks_(local_ranks), events_(events), host_(std::move(host)) {}
 
   std::optional<std::string> put(int rank, const std::string& key, const std::string& value) override;
   void fence(int rank, std::function<void(bool ok, const std::string& why)> done) override;
@@ -53,9 +57,13 @@ class PmiJobSpace final : public PmiHost {
   void misuse(int rank, const std::string& message) override;
   void finalized(int rank) override;
 
-  // No fence can complete any more (a rank failed or left without
-  // finalize): every waiting and later fence fails with `why`.
-  void poison(const std::string& why);
+  // No fence can complete any more: `rank` of this host failed, or left
+  // (`what` completes "rank R on host H ...").  Every waiting and later
+  // fence fails with that reason, here and, across hosts, on every host:
+  // this host sends the reason as its part of the next round (a key-value
+  // pair with the empty key, which no put can write), and a host whose
+  // round brings such a part back fails that round and every later one.
+  void poison(int rank, const std::string& what);
 
   // The blob format, exposed for tests: (u32 key length, key, u32 value
   // length, value)*, little-endian; blobs concatenate.
@@ -64,6 +72,11 @@ class PmiJobSpace final : public PmiHost {
 
  private:
   void complete(bool ok, const std::string& why);
+  void poison_with(const std::string& why);
+  // Sends this host's failure as its part of the next round, unless a
+  // round is with the router (it is sent once that one is answered) or
+  // the hosts know of a failure already.
+  void tell_other_hosts();
 
   int local_ranks_;
   PmiEvents* events_;
@@ -73,6 +86,8 @@ class PmiJobSpace final : public PmiHost {
   std::vector<std::function<void(bool, const std::string&)>> waiting_;
   bool routed_ = false;                    // this round's blob went to the router
   std::optional<std::string> poisoned_;
+  bool told_ = false;  // every host learns (or learnt) of a failure: nothing more to send
+  std::string host_;
   // The bytes of the keys and values this host's ranks put (job and node),
   // at most kMaxHostBytes: past that a put is wrong use, not memory without
   // bound nor a fence answer too large to travel.

@@ -30,6 +30,7 @@ struct PmiJobInfo {
   int universe_size = 0;        // what MPI_UNIVERSE_SIZE reports
   int appnum = 0;
   std::string process_mapping;  // PMI_process_mapping, e.g. "(vector,(0,2,4))"
+  std::string host;             // this host's name, in the reasons fences fail with
 };
 
 // The key-value space and fences behind the PMI servers of one host.  All

@@ -2,6 +2,8 @@
  *   pmi_misuse R [linger]  rank R sends barrier_in twice at once; the others
  *                          one barrier, half a second later.  With "linger"
  *                          rank R then sleeps 30 s instead of exiting.
+ *   pmi_misuse R leave     rank R exits with status 3 right after init,
+ *                          without finalize; the others as above.
  * Prints each reply; exits 0 once a reply came for every request it waits on. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,8 +34,10 @@ int main(int argc, char** argv) {
   if (env == NULL || argc < 2) return 2;
   fd = atoi(env);
   int bad = atoi(getenv("PMI_RANK")) == atoi(argv[1]);
+  int leave = argc > 2 && strcmp(argv[2], "leave") == 0;
   say("cmd=init pmi_version=1 pmi_subversion=1\n");
   answer();
+  if (bad && leave) return 3;
   /* The others come later, so the fence is still open when the second comes. */
   if (!bad) usleep(500000);
   say(bad ? "cmd=barrier_in\ncmd=barrier_in\n" : "cmd=barrier_in\n");

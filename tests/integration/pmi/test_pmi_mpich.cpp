@@ -112,6 +112,31 @@ TEST(PmiWrongUse, BarrierTwiceAnswersBothRanks) {
       << r.output;
 }
 
+// Across hosts under --on-failure continue: a rank that left without
+// finalize on one host fails the barrier the other hosts' ranks wait in,
+// naming it and its host.  Before, they waited until --timeout.  Through
+// the controller (two agents) and along the launch tree (four, a chain).
+TEST(PmiWrongUse, ARankThatLeftOnAnotherHostFailsTheBarrierThere) {
+  const std::string why =
+      "cmd=barrier_out rc=-1 msg=rank_1_on_host_pmi-b_closed_its_PMI_connection_without_finalize";
+  Outcome r =
+      accrun("--on-failure continue -n 2 -H pmi-a:1,pmi-b:1 --launch-agent '{cmd}' " PMI_MISUSE_EXE
+             " 1 leave",
+             20);
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_LT(r.seconds, 15) << r.output;
+  EXPECT_NE(r.output.find("rank 0: " + why), std::string::npos) << r.output;
+  r = accrun(
+      "--on-failure continue -n 4 -H pmi-a:1,pmi-b:1,pmi-c:1,pmi-d:1 --fanout 1 --launch-agent "
+      "'{cmd}' " PMI_MISUSE_EXE " 1 leave",
+      20);
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_LT(r.seconds, 15) << r.output;
+  for (int rank : {0, 2, 3})
+    EXPECT_NE(r.output.find("rank " + std::to_string(rank) + ": " + why), std::string::npos)
+        << r.output;
+}
+
 TEST(PmiWrongUse, NoPmiSocketUnderMpiPmix) {
   Outcome r = accrun("--mpi pmix -n 1 " PMI_MISUSE_EXE " 1", 20);
   EXPECT_EQ(r.status, 2) << r.output;  // the client's own "no PMI_FD"
