@@ -138,17 +138,18 @@ TEST(AgentUpstream, AHostLostFromTheTreeFailsTheWholeJobRoundsWaitingHereButTheL
   w.u64(2);
   const wire::Frame last = fence_done_frame("*", true, "r2");
   w.bytes(last.payload.data(), last.payload.size());
+  w.str("host h2 was lost");
   up.defer({wire::Frame{msg::kFencesFail, w.data()}});
   ASSERT_TRUE(up.catch_up(d));
   ASSERT_EQ(star.got.size(), 2u);
   EXPECT_EQ(star.got[1], std::make_pair(true, std::string("r2")));
-  ASSERT_EQ(pmi.got.size(), 1u);
-  EXPECT_FALSE(pmi.got[0].first);
+  // A failed round's data is why it failed, for the ranks' messages.
+  EXPECT_EQ(pmi.got, (std::vector<std::pair<bool, std::string>>{{false, "host h2 was lost"}}));
   EXPECT_TRUE(some.got.empty());
   // Later whole-job rounds fail at once; others still go to the controller.
   up.fence("*", "e", star.next());
   ASSERT_EQ(star.got.size(), 3u);
-  EXPECT_FALSE(star.got[2].first);
+  EXPECT_EQ(star.got[2], std::make_pair(false, std::string("host h2 was lost")));
   up.defer({fence_done_frame("0,1", true, "s1")});
   ASSERT_TRUE(up.catch_up(d));
   EXPECT_EQ(some.got, (std::vector<std::pair<bool, std::string>>{{true, "s1"}}));

@@ -273,6 +273,10 @@ pmix_status_t up_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info
   s->queue()->push([s, blob, members, cbfunc, cbdata] {
     std::string signature = s->signature_of(members);
     auto complete = [cbfunc, cbdata](bool ok, std::string all) {
+      if (!ok) {
+        log(LogLevel::kDebug, "fence: failed%s%s", all.empty() ? "" : ": ", all.c_str());
+        all.clear();  // why it failed, not data
+      }
       log(LogLevel::kDebug, "fence: completing with %zu bytes", all.size());
       auto* owned = new std::string(std::move(all));
       cbfunc(ok ? PMIX_SUCCESS : PMIX_ERROR, owned->data(), owned->size(), cbdata, release_blob, owned);

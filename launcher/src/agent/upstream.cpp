@@ -236,7 +236,7 @@ void AgentUpstream::post_rank(uint16_t type, int rank) {
 
 void AgentUpstream::fence(const std::string& signature, std::string blob,
            std::function<void(bool, std::string)> done) {
-  if (whole_fences_fail_ && msg::whole_job(signature)) return done(false, "");
+  if (whole_fences_fail_ && msg::whole_job(signature)) return done(false, fences_fail_why_);
   fences_[signature].push_back(std::move(done));
   if (tree_ && tree_->carries(signature)) return tree_->contribute(signature, std::move(blob));
   post(msg::kFence, msg::encode_fence(signature, {{self_, std::move(blob)}}));
@@ -277,7 +277,10 @@ bool AgentUpstream::fences_fail(std::string_view payload) {
     if (!sig || !rounds || !answer) return false;
     completed[*sig] = {*rounds, std::move(*answer)};
   }
+  auto why = r.str("fences fail: why");
+  if (!why) return false;
   whole_fences_fail_ = true;
+  fences_fail_why_ = std::move(*why);
   if (tree_) tree_->stop_carrying();
   // Answered after the walk: an answer may start the next fence.
   std::vector<std::pair<std::function<void(bool, std::string)>, std::optional<std::string>>> answers;
@@ -294,8 +297,10 @@ bool AgentUpstream::fences_fail(std::string_view payload) {
       answers.emplace_back(std::move(q.front()), std::move(data));
     }
   }
-  log(LogLevel::kDebug, "whole-job fences fail from now on (%zu round(s) waiting here)", answers.size());
-  for (auto& [done, data] : answers) done(data.has_value(), data ? std::move(*data) : std::string());
+  log(LogLevel::kDebug, "whole-job fences fail from now on (%zu round(s) waiting here): %s",
+      answers.size(), fences_fail_why_.c_str());
+  for (auto& [done, data] : answers)
+    done(data.has_value(), data ? std::move(*data) : fences_fail_why_);
   return true;
 }
 

@@ -108,6 +108,7 @@ class AgentUpstream final : public Upstream, public JobDirectory {
   std::map<std::string, std::deque<std::function<void(bool, std::string)>>> fences_;
   std::map<std::string, uint64_t> answered_;  // signature -> rounds answered here
   bool whole_fences_fail_ = false;
+  std::string fences_fail_why_;  // the controller's words, handed to each failed round
   std::chrono::steady_clock::time_point last_beat_{};
   wire::UnackedWatch unacked_;
   bool unreachable_ = false;

@@ -158,9 +158,28 @@ class Controller {
   // cuts off the parts below it): fail_tree_fences().
   std::set<int> lost_;
   bool lost_participant(const std::string& signature) const;
-  void fail_rounds(const std::string& signature);
-  // A failed round's answer (kFenceDone), sent to `agent`.
-  void fence_failed(int agent, const std::string& signature);
+  // Ranks (and spawned processes) that failed, or ended without
+  // initialising, under --on-failure continue the job goes on without.
+  // An agent whose every member of a fence is gone never sends its part
+  // (its PMIx server has no rank left to enter the fence), so the rounds
+  // complete without it, as the PMIx server completes a fence of its own
+  // host's ranks without the ones that died; a part it sends after all
+  // belongs to its round if that is still open and is dropped otherwise.
+  // PMI fences (pmi:*) are left out: there the failed host's part says
+  // that the round fails (pmi/pmi_host.hpp).  Whole-job fences along a
+  // launch tree wait for every agent's part at its parent: they fail as
+  // for a lost host (fail_tree_fences()).
+  std::set<int> gone_procs_;
+  std::vector<int> ranks_of_agent_, gone_ranks_of_agent_;
+  bool gone_from(int agent, const std::string& signature) const;
+  void proc_gone(int id);
+  // Completes the rounds of `signature` whose participants are all in, in order.
+  void complete_rounds(const std::string& signature);
+  void fail_rounds(const std::string& signature, const std::string& why);
+  // A failed round's answer (kFenceDone, the reason for its data), sent to `agent`.
+  void fence_failed(int agent, const std::string& signature, const std::string& why);
+  // "host H was lost", naming the first lost host among its participants.
+  std::string lost_why(const std::string& signature) const;
   // Whole-job fences along the launch tree (agent/tree_links.hpp): each
   // agent's parent agent (-1: it sends to the controller itself), when the
   // tree carries them; empty when every agent fences here directly.
@@ -169,10 +188,10 @@ class Controller {
   // Whether a signature is a whole-job fence's, which travel the tree.
   bool along_tree(const std::string& signature) const;
   // A host was lost: every agent hears that whole-job fences fail
-  // (kFencesFail), with the answer of each one's last completed round.
+  // (kFencesFail), with the answer of each one's last completed round, and why.
   bool tree_fences_failed_ = false;
   std::map<std::string, std::string> last_answer_;  // whole-job signature -> kFenceDone payload
-  void fail_tree_fences();
+  void fail_tree_fences(const std::string& why);
   // A rank that ended without initialising PMIx while another did
   // (kInitialised, kEndedUninitialised): a failure, as it holds up the
   // job's fences.  The first rank that initialised, and those that ended
@@ -526,6 +545,10 @@ int Controller::launch() {
     agent_of_host_.push_back(a);
     host_of_agent_[static_cast<size_t>(a)] = static_cast<int>(h);
   }
+  ranks_of_agent_.assign(entries_.size(), 0);
+  gone_ranks_of_agent_.assign(entries_.size(), 0);
+  for (const auto& r : plan_.ranks)
+    ++ranks_of_agent_[static_cast<size_t>(agent_of_host_[static_cast<size_t>(r.host)])];
   if (!plan_.ranks.empty()) {
     int port = agents_->hellos()[static_cast<size_t>(agent_of_host_[static_cast<size_t>(plan_.ranks[0].host)])].free_port;
     // Planned without a port (0): every rank gets the one rank 0's agent chose.
@@ -643,16 +666,84 @@ bool Controller::lost_participant(const std::string& signature) const {
   return false;
 }
 
-void Controller::fence_failed(int agent, const std::string& signature) {
-  if (!done_[static_cast<size_t>(agent)]) agents_->send(agent, msg::kFenceDone, msg::encode_fence_done(signature, false, ""));
+bool Controller::gone_from(int agent, const std::string& signature) const {
+  if (gone_procs_.empty() || signature.rfind("pmi:", 0) == 0) return false;
+  auto members = msg::parse_signature(signature);
+  if (!members) return false;
+  if (members->all) {
+    size_t a = static_cast<size_t>(agent);
+    return ranks_of_agent_[a] > 0 && gone_ranks_of_agent_[a] == ranks_of_agent_[a];
+  }
+  bool any = false;
+  for (int id : members->ids) {
+    if (agent_of_proc(id) != agent) continue;
+    if (gone_procs_.count(id) == 0) return false;
+    any = true;
+  }
+  return any;
 }
 
-void Controller::fail_rounds(const std::string& signature) {
+void Controller::proc_gone(int id) {
+  // Under kill the job is ending: the other ranks wait in their fences for that.
+  if (options_.on_failure != OnFailure::kContinue || !gone_procs_.insert(id).second) return;
+  int agent = agent_of_proc(id);
+  if (agent < 0) return;
+  if (id < static_cast<int>(plan_.ranks.size())) ++gone_ranks_of_agent_[static_cast<size_t>(agent)];
+  if (!fence_parent_.empty() && !tree_fences_failed_ && lost_.count(agent) == 0 &&
+      gone_from(agent, "*")) {
+    fail_tree_fences(
+        "host " + entries_[static_cast<size_t>(agent)].name +
+        " has no rank left in the job, and whole-job fences travel the tree of agents through it");
+  }
+  std::vector<std::string> open;
+  for (auto& [sig, q] : rounds_)
+    if (!q.empty()) open.push_back(sig);
+  for (const std::string& sig : open) complete_rounds(sig);
+}
+
+void Controller::complete_rounds(const std::string& sig) {
+  // A whole-job round along the tree is answered to the top of the tree,
+  // which passes it down; any other to each participant.
+  auto& q = rounds_[sig];
+  std::set<int> who = participants(sig);
+  bool tree = along_tree(sig);
+  auto in = [&](const Round& round) {
+    for (int a : who)
+      if (round.parts.count(a) == 0 && !gone_from(a, sig)) return false;
+    return true;
+  };
+  while (!q.empty() && in(q.front())) {
+    std::string all;
+    for (auto& [a, part] : q.front().parts) all += part;
+    log(LogLevel::kDebug, "fence %s: round %zu complete, %zu host(s), %zu bytes", sig.c_str(),
+        completed_[sig] + 1, q.front().parts.size(), all.size());
+    std::string answer = msg::encode_fence_done(sig, true, all);
+    for (auto& [a, part] : q.front().parts)
+      if (!tree || fence_parent_[static_cast<size_t>(a)] < 0)
+        agents_->send(a, msg::kFenceDone, answer);
+    if (tree) last_answer_[sig] = std::move(answer);
+    q.pop_front();
+    ++completed_[sig];
+  }
+}
+
+void Controller::fence_failed(int agent, const std::string& signature, const std::string& why) {
+  if (!done_[static_cast<size_t>(agent)])
+    agents_->send(agent, msg::kFenceDone, msg::encode_fence_done(signature, false, why));
+}
+
+std::string Controller::lost_why(const std::string& signature) const {
+  for (int a : participants(signature))
+    if (lost_.count(a) != 0) return "host " + entries_[static_cast<size_t>(a)].name + " was lost";
+  return "a host of the fence was lost";
+}
+
+void Controller::fail_rounds(const std::string& signature, const std::string& why) {
   auto& q = rounds_[signature];
   while (!q.empty()) {
-    log(LogLevel::kDebug, "fence %s: round %zu fails, a participant's host was lost", signature.c_str(),
-        completed_[signature] + 1);
-    for (auto& [a, part] : q.front().parts) fence_failed(a, signature);
+    log(LogLevel::kDebug, "fence %s: round %zu fails: %s", signature.c_str(),
+        completed_[signature] + 1, why.c_str());
+    for (auto& [a, part] : q.front().parts) fence_failed(a, signature, why);
     q.pop_front();
     ++completed_[signature];
   }
@@ -662,7 +753,7 @@ bool Controller::along_tree(const std::string& signature) const {
   return !fence_parent_.empty() && msg::whole_job(signature);
 }
 
-void Controller::fail_tree_fences() {
+void Controller::fail_tree_fences(const std::string& why) {
   tree_fences_failed_ = true;
   wire::Writer w;
   std::vector<std::string> sigs;
@@ -675,13 +766,14 @@ void Controller::fail_tree_fences() {
     const std::string& answer = last_answer_[sig];
     w.bytes(answer.data(), answer.size());
   }
+  w.str(why);
   for (size_t a = 0; a < done_.size(); ++a)
     if (!done_[a] && lost_.count(static_cast<int>(a)) == 0)
       agents_->send(static_cast<int>(a), msg::kFencesFail, w.data());
   // The parts held here belong to rounds the agents now fail themselves.
   for (auto& [sig, q] : rounds_)
     if (along_tree(sig)) q.clear();
-  log(LogLevel::kDebug, "whole-job fences fail from now on: a host was lost from the launch tree");
+  log(LogLevel::kDebug, "whole-job fences fail from now on: %s", why.c_str());
 }
 
 void Controller::plan_fence_tree() {
@@ -840,6 +932,7 @@ void Controller::judge_uninitialised() {
       say("terminating the ranks still running on every host (--on-failure kill)");
       end_others(-1);
     }
+    proc_gone(rank);
   }
 }
 
@@ -879,9 +972,10 @@ void Controller::on_lost(int agent, const std::string& why) {
     // its ranks are lost, as of any failed rank.
     say("host " + host + ": " + why + "; its ranks are lost, the others go on (--on-failure continue)");
     lost_.insert(agent);
-    if (!fence_parent_.empty() && !tree_fences_failed_) fail_tree_fences();
+    if (!fence_parent_.empty() && !tree_fences_failed_)
+      fail_tree_fences("host " + host + " was lost");
     for (auto& [sig, q] : rounds_)
-      if (!q.empty() && lost_participant(sig)) fail_rounds(sig);
+      if (!q.empty() && lost_participant(sig)) fail_rounds(sig, lost_why(sig));
     for (size_t r = 0; r < plan_.ranks.size(); ++r) {
       if (agent_of_host_[static_cast<size_t>(plan_.ranks[r].host)] != agent) continue;
       peer_failed(static_cast<int>(r), 1, "lost",
@@ -933,6 +1027,7 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       // waiting on it), before any policy signal.
       peer_failed(static_cast<int>(*rank), *status, *kind, *text, agent);
       if (first) end_others(agent);
+      proc_gone(static_cast<int>(*rank));
       return;
     }
     case msg::kFence: {
@@ -947,32 +1042,16 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
       for (auto& [a, blob] : fence->parts) {
         if (!carries_for(agent, a)) return on_lost(agent, "sent a fence contribution of another agent's");
         size_t k = contributed_[{a, sig}]++;
-        if (k < base) {  // its round failed already (a participant's host was lost)
-          fence_failed(a, sig);
+        if (k < base) {  // its round ended already: failed (a participant's host was lost) or went
+                         // on without it
+          fence_failed(a, sig, "the round ended without this host's part");
           continue;
         }
         while (q.size() <= k - base) q.emplace_back();
         q[k - base].parts[a] = std::move(blob);
       }
-      if (lost_participant(sig)) return fail_rounds(sig);
-      // Complete rounds in order, as soon as every participant is in.  A
-      // whole-job round along the tree is answered to the top of the tree,
-      // which passes it down; any other to each participant.
-      std::set<int> who = participants(sig);
-      bool tree = along_tree(sig);
-      while (!q.empty() && q.front().parts.size() >= who.size()) {
-        std::string all;
-        for (auto& [a, part] : q.front().parts) all += part;
-        log(LogLevel::kDebug, "fence %s: round %zu complete, %zu host(s), %zu bytes", sig.c_str(), completed_[sig] + 1,
-            q.front().parts.size(), all.size());
-        std::string answer = msg::encode_fence_done(sig, true, all);
-        for (auto& [a, part] : q.front().parts)
-          if (!tree || fence_parent_[static_cast<size_t>(a)] < 0) agents_->send(a, msg::kFenceDone, answer);
-        if (tree) last_answer_[sig] = std::move(answer);
-        q.pop_front();
-        ++completed_[sig];
-      }
-      return;
+      if (lost_participant(sig)) return fail_rounds(sig, lost_why(sig));
+      return complete_rounds(sig);
     }
     case msg::kInitialised:
     case msg::kEndedUninitialised: {

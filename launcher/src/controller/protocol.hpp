@@ -138,12 +138,13 @@ enum Type : uint16_t {
   // child's agent id.
   kTreeJoin = 33,
   // controller → every agent, under --on-failure continue when a host was
-  // lost while whole-job fences travel the launch tree: the lost agent's
-  // part, and those it carried, never come, so whole-job fences stop
-  // travelling the tree and every round not answered yet fails, now and
-  // later, as with direct fences.  u32 n, n × (str signature, u64 rounds
-  // the controller completed, bytes the last one's answer (a kFenceDone
-  // payload; a host whose parent agent was lost may not have had it)).
+  // lost (or has no rank left) while whole-job fences travel the launch
+  // tree: that agent's part, and those it carried, never come, so
+  // whole-job fences stop travelling the tree and every round not answered
+  // yet fails, now and later, as with direct fences.  u32 n, n × (str
+  // signature, u64 rounds the controller completed, bytes the last one's
+  // answer (a kFenceDone payload; a host whose parent agent was lost may
+  // not have had it)), then str why.
   kFencesFail = 34,
   // agent → controller, in a job across hosts: u32 the first of this
   // host's ranks that initialised PMIx or PMI (once), and u32 each rank of
@@ -193,7 +194,8 @@ std::optional<FenceMembers> parse_signature(std::string_view signature);
 bool whole_job(std::string_view signature);
 
 // kFenceDone's payload: the signature, bool ok, bytes every host's
-// contribution (empty when it failed).
+// contribution, or why it failed (the controller's words, for the ranks'
+// error messages; may be empty).
 struct FenceDone {
   std::string signature;
   bool ok = false;

@@ -109,25 +109,29 @@ void PmiJobSpace::fence(int, std::function<void(bool ok, const std::string& why)
   // tree serves its links after its own ranks ended).
   events_->fence_router(kFenceSignature, std::move(blob),
                         [this, alive = std::weak_ptr<bool>(alive_)](bool ok, std::string all) {
-                          if (alive.expired()) return;
-                          routed_ = false;
-                          std::map<std::string, std::string> got;
-                          if (ok && !decode(all, &got)) {
-                            complete(false, "the job's PMI fence brought back malformed data");
-                            return;
-                          }
-                          if (auto failed = got.find(""); failed != got.end()) {
-                            // Another host's rank failed: this round and
-                            // every later one fail, here as there.
-                            told_ = true;
-                            poison_with(failed->second);
-                            complete(false, failed->second);
-                            return;
-                          }
-                          for (auto& [k, v] : got) committed_[k] = std::move(v);
-                          complete(ok, ok ? "" : "the job's PMI fence failed on another host");
-                          tell_other_hosts();
+                          if (!alive.expired()) answered(ok, all);
                         });
+}
+
+void PmiJobSpace::answered(bool ok, const std::string& all) {
+  routed_ = false;
+  std::map<std::string, std::string> got;
+  if (!ok) {
+    complete(false, all.empty() ? "the job's PMI fence failed on another host"
+                                : "the job's PMI fence failed: " + all);
+  } else if (!decode(all, &got)) {
+    complete(false, "the job's PMI fence brought back malformed data");
+  } else if (auto failed = got.find(""); failed != got.end()) {
+    // Another host's rank failed: this round and every later one fail,
+    // here as there.
+    told_ = true;
+    poison_with(failed->second);
+    complete(false, failed->second);
+  } else {
+    for (auto& [k, v] : got) committed_[k] = std::move(v);
+    complete(true, "");
+  }
+  tell_other_hosts();
 }
 
 void PmiJobSpace::complete(bool ok, const std::string& why) {

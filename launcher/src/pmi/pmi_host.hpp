@@ -71,6 +71,8 @@ class PmiJobSpace final : public PmiHost {
   static bool decode(const std::string& blob, std::map<std::string, std::string>* out);
 
  private:
+  // The router's answer to this host's round: every host's parts, or why it failed.
+  void answered(bool ok, const std::string& all);
   void complete(bool ok, const std::string& why);
   void poison_with(const std::string& why);
   // Sends this host's failure as its part of the next round, unless a

@@ -52,6 +52,12 @@ int main(int argc, char** argv) {
     sleep(30); /* the survivors are terminated by accrun */
     return 0;
   }
+  /* argv[1] "fail=R": rank R ends with status 3 right after PMIx_Init; the
+   * others go on as with "fence-after=1" */
+  if (argc > 1 && strncmp(argv[1], "fail=", 5) == 0) {
+    if ((unsigned)atoi(argv[1] + 5) == me.rank) _exit(3);
+    argv[1] = "fence-after=1";
+  }
   /* argv[1] "fence-after=S": sleeps S seconds, then fences the whole job
    * and prints how the fence ended (one with a lost host's ranks fails,
    * never hangs) */

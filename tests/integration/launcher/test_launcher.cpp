@@ -596,6 +596,43 @@ TEST(Launcher, ARankEndingBeforeInitWhileAnotherInitialisesFailsTheJob) {
   }
 }
 
+// Under --on-failure continue, a fence across hosts goes on without a host
+// whose ranks all failed (its PMIx server has no rank left to enter it), as
+// a host's PMIx server completes its own ranks' fence without one that died;
+// the same for a rank that ended without initialising.  Along a launch
+// tree the fence fails instead, as with a lost host.  Each waited for ever
+// before.
+TEST(Launcher, UnderContinueAFenceGoesOnWithoutAHostWhoseRanksAllFailed) {
+  auto t0 = Clock::now();
+  RunResult r = run({"--on-failure", "continue", "-n", "3", "-H", "ta:1,tb:1,tc:1",
+                     "--launch-agent", "{cmd}", PMIX_CLIENT_EXE, "fail=1"},
+                    {}, 30);
+  EXPECT_EQ(r.status, 3) << r.out << r.err;
+  EXPECT_NE(r.out.find("fence rank 0: SUCCESS"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("fence rank 2: SUCCESS"), std::string::npos) << r.out << r.err;
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(8)) << r.err;
+
+  t0 = Clock::now();
+  r = run(
+      {"--on-failure", "continue", "-n", "3", "-H", "ta:1,tb:2", "--launch-agent", "{cmd}", "sh",
+       "-c", "[ $ACCRUN_RANK = 0 ] && exit 0; exec \"$0\" fence-after=1", PMIX_CLIENT_EXE},
+      {}, 30);
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("fence rank 1: SUCCESS"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("fence rank 2: SUCCESS"), std::string::npos) << r.out << r.err;
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(8)) << r.err;
+
+  t0 = Clock::now();
+  r = run({"--on-failure", "continue", "-n", "4", "-H", "ta:1,tb:1,tc:1,td:1", "--fanout", "1",
+           "--launch-agent", "{cmd}", PMIX_CLIENT_EXE, "fail=1"},
+          {}, 30);
+  EXPECT_EQ(r.status, 3) << r.out << r.err;
+  for (int rank : {0, 2, 3})
+    EXPECT_NE(r.out.find("fence rank " + std::to_string(rank) + ": ERROR"), std::string::npos)
+        << r.out << r.err;
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(8)) << r.err;
+}
+
 // A rank that ends half-way through connecting to its agent's PMIx server
 // (it sent its request, the server's answer finds it gone) can leave the
 // library unable to shut down (accrun(7), "Process clean-up"): the agent gives

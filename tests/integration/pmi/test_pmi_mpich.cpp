@@ -132,9 +132,14 @@ TEST(PmiWrongUse, ARankThatLeftOnAnotherHostFailsTheBarrierThere) {
       20);
   EXPECT_EQ(r.status, 3) << r.output;
   EXPECT_LT(r.seconds, 15) << r.output;
-  for (int rank : {0, 2, 3})
-    EXPECT_NE(r.output.find("rank " + std::to_string(rank) + ": " + why), std::string::npos)
-        << r.output;
+  // Along the tree the controller may fail the round first: that host's
+  // part will not come up the tree.
+  EXPECT_EQ(
+      count(r.output,
+            "rank [023]: cmd=barrier_out rc=-1 msg=(rank_1_on_host_pmi-b_closed_its_PMI_connection_"
+            "without_finalize|the_job's_PMI_fence_failed:_host_pmi-b_has_no_rank_left_in_the_job)"),
+      3)
+      << r.output;
 }
 
 TEST(PmiWrongUse, NoPmiSocketUnderMpiPmix) {
