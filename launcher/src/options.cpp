@@ -190,36 +190,69 @@ bool valid_variable_name(std::string_view v) {
 }
 
 // Splits argv into the option words and the program's words.  The option
-// table decides which options consume the next word as their value.
-void split_command(int argc, const char* const* argv, const po::options_description& d,
-                   std::vector<std::string>& option_words, std::vector<std::string>& command) {
+// table decides which options consume the next word as their value.  An
+// option whose value is missing is refused here when the next word is
+// another option (which would otherwise be taken for the value: a
+// forgotten value before --dry-run ran the program), and so is one of the
+// long options spelt with one dash (-host, -npernode), which would read as
+// a short option with a value.
+Status split_command(int argc, const char* const* argv, const po::options_description& d,
+                     std::vector<std::string>& option_words, std::vector<std::string>& command) {
   auto takes_value = [&](const std::string& key) {
     const po::option_description* od = d.find_nothrow(key, false);
     return od != nullptr && od->semantic()->max_tokens() > 0;
+  };
+  auto known_long = [&](const std::string& word) {
+    return word.size() > 2 && d.find_nothrow(word.substr(2, word.find('=') - 2), false) != nullptr;
+  };
+  auto is_option = [&](const std::string& word) {
+    if (word == "-np" || word.compare(0, 4, "-np=") == 0) return true;
+    if (word.compare(0, 2, "--") == 0) return known_long(word);
+    // A short option alone (-n); "-nan" and "-1" are values.
+    return word.size() == 2 && word[0] == '-' && d.find_nothrow(word, false) != nullptr;
+  };
+  // The value of option word `i`, unless it is missing.
+  auto value_of = [&](int& i, const std::string& option) -> Status {
+    if (i + 1 >= argc) return Status();
+    const std::string next = argv[i + 1];
+    if (is_option(next)) {
+      return invalid_argument("option '" + option + "': needs a value, and the next word, '" +
+                              next + "', is an option (a value that begins with '-' is given as " +
+                              option + (option.size() == 2 ? "VALUE)" : "=VALUE)"));
+    }
+    option_words.push_back(next);
+    ++i;
+    return Status();
   };
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--") {
       for (int j = i + 1; j < argc; ++j) command.emplace_back(argv[j]);
-      return;
+      return Status();
     }
     if (a == "-np") a = "--np";  // mpirun's spelling
     if (a.compare(0, 4, "-np=") == 0) a = "-" + a;
     if (a.size() > 2 && a.compare(0, 2, "--") == 0) {
       option_words.push_back(a);
-      if (a.find('=') == std::string::npos && takes_value(a.substr(2)) && i + 1 < argc) {
-        option_words.emplace_back(argv[++i]);
-      }
+      if (a.find('=') == std::string::npos && takes_value(a.substr(2)))
+        if (Status s = value_of(i, a); !s) return s;
       continue;
     }
     if (a.size() >= 2 && a[0] == '-') {
+      if (a.size() > 2 && known_long("-" + a)) {
+        return invalid_argument("unknown option '" + a + "' (did you mean '-" +
+                                a.substr(0, a.find('=')) +
+                                "'? accrun's long options take two dashes)");
+      }
       option_words.push_back(a);
-      if (a.size() == 2 && takes_value(a) && i + 1 < argc) option_words.emplace_back(argv[++i]);
+      if (a.size() == 2 && takes_value(a))
+        if (Status s = value_of(i, a); !s) return s;
       continue;
     }
     for (int j = i; j < argc; ++j) command.emplace_back(argv[j]);
-    return;
+    return Status();
   }
+  return Status();
 }
 
 // The option name Boost reports, without dashes.
@@ -570,7 +603,7 @@ Result<Options> parse_options(int argc, const char* const* argv) {
   const po::options_description d = make_description();
   std::vector<std::string> words;
   std::vector<std::string> command;
-  split_command(argc, argv, d, words, command);
+  if (Status s = split_command(argc, argv, d, words, command); !s) return printable_status(s);
   po::variables_map vm;
   try {
     const int style = po::command_line_style::allow_long | po::command_line_style::long_allow_adjacent |

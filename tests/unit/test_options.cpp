@@ -145,6 +145,41 @@ TEST(Options, UnknownOptionsSuggestTheRightOne) {
   EXPECT_EQ(err({"--oversub", "p"}), "unknown option '--oversub' (did you mean '--oversubscribe'?)");
 }
 
+// A forgotten value is not filled with the next option: before, the
+// --dry-run below became the accelerator type and the program ran.
+TEST(Options, AMissingValueIsNotTakenFromTheNextOption) {
+  EXPECT_EQ(err({"--host-accelerator-type", "--dry-run", "-n", "1", "p"}),
+            "option '--host-accelerator-type': needs a value, and the next word, '--dry-run', is "
+            "an option (a value "
+            "that begins with '-' is given as --host-accelerator-type=VALUE)");
+  EXPECT_NE(err({"--output-dir", "--dry-run", "p"}).find("option '--output-dir': needs a value"),
+            std::string::npos);
+  EXPECT_NE(err({"-x", "--timeout=3", "p"})
+                .find("option '-x': needs a value, and the next word, '--timeout=3'"),
+            std::string::npos);
+  EXPECT_NE(err({"--hostfile", "-n", "2", "p"}).find("option '--hostfile': needs a value"),
+            std::string::npos);
+  EXPECT_NE(err({"-H", "-np", "2", "p"}).find("option '-H': needs a value"), std::string::npos);
+  // What is not an option is a value, dashes or not.
+  EXPECT_EQ(ok({"--launch-agent=--weird", "-n", "1", "p"}).launch_agent, "--weird");
+  EXPECT_EQ(ok({"--timeout", "3", "-n", "1", "p"}).timeout_s, 3);
+  EXPECT_NE(err({"-n", "-1", "p"}).find("'-1' must be at least 1"), std::string::npos);
+}
+
+// mpirun's one-dash spellings of long options (-host, -npernode) read as a
+// short option with a value ("-h ost"): they are named as they were typed.
+TEST(Options, ALongOptionWithOneDashIsNamedAsTyped) {
+  EXPECT_EQ(
+      err({"-host", "a", "p"}),
+      "unknown option '-host' (did you mean '--host'? accrun's long options take two dashes)");
+  EXPECT_EQ(err({"-npernode", "2", "p"}),
+            "unknown option '-npernode' (did you mean '--npernode'? accrun's long options take two "
+            "dashes)");
+  EXPECT_NE(err({"-hostfile=h", "p"}).find("did you mean '--hostfile'?"), std::string::npos);
+  EXPECT_EQ(ok({"-np", "2", "p"}).np, 2);
+  EXPECT_EQ(ok({"-n4", "p"}).np, 4);
+}
+
 TEST(Options, BadValuesNameTheOption) {
   EXPECT_EQ(err({"-n", "four", "p"}), "option '-n/--np': 'four' is not a whole number (e.g. -n 4)");
   EXPECT_EQ(err({"-n", "0", "p"}), "option '-n/--np': '0' must be at least 1 (e.g. -n 4)");
