@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 
 #include "accrun/commands.hpp"
@@ -11,11 +12,18 @@
 namespace accrun::launcher {
 
 bool names_this_host(const std::string& name, const std::string& self) {
-  if (name == "localhost" || name == "127.0.0.1" || name == "::1") return true;
-  if (name == self) return true;
+  // Host names ignore case, as DNS does (accrun-hostfile(5)).
+  auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string n = lower(name);
+  const std::string me = lower(self);
+  if (n == "localhost" || n == "127.0.0.1" || n == "::1") return true;
+  if (n == me) return true;
   // node01 and node01.cluster.example are the same host.
   auto short_name = [](const std::string& s) { return s.substr(0, s.find('.')); };
-  return short_name(name) == short_name(self) && !short_name(self).empty();
+  return short_name(n) == short_name(me) && !short_name(me).empty();
 }
 
 std::string this_hostname(const detect::DetectConfig& config) {
@@ -35,6 +43,19 @@ int default_slots(const detect::Inventory& inv) {
   int most = 1;
   for (const auto& a : inv.accelerators) most = std::max(most, ++per_resource[a.resource]);
   return most;
+}
+
+// A hostfile entry's gpus= beyond what the host was found to have is an
+// error naming the line (--num-gpus makes logical GPUs instead).
+Status claims_no_more_gpus(const hostfiles::HostEntry& e, const detect::Inventory& found,
+                           const Options& options, const char* found_how) {
+  if (!e.gpus || options.num_gpus) return Status();
+  int have = 0;
+  for (const auto& a : found.accelerators) have += a.resource == "GPU" ? 1 : 0;
+  if (*e.gpus <= have) return Status();
+  return invalid_argument(e.origin + ": '" + e.name + "' declares gpus=" + std::to_string(*e.gpus) +
+                          " but " + found_how + " " + std::to_string(have) +
+                          " (remove gpus=, or give --num-gpus for logical GPUs)");
 }
 
 }  // namespace
@@ -76,20 +97,17 @@ Result<Plan> build_plan(const Options& options, char** envp, int master_port,
           if (!inv) return inv.status().with_context("detecting this host");
           local = std::move(*inv);
         }
-        // Detected hardware wins over what the entry declares.
+        // Detected hardware wins over what the entry declares, which may
+        // not claim devices the host lacks.
         h.inventory = hostfiles::detected_inventory(e, *local);
+        if (Status s = claims_no_more_gpus(e, h.inventory, options, "detection found"); !s)
+          return s;
       } else if (detected != nullptr && detected->count(e.name) != 0) {
         // What the host's own agent found; the hostfile still gives slots
         // and labels, and may not claim devices the host lacks.
         h.inventory = hostfiles::detected_inventory(e, detected->at(e.name));
-        if (e.gpus) {
-          int have = 0;
-          for (const auto& a : h.inventory.accelerators) have += a.resource == "GPU" ? 1 : 0;
-          if (*e.gpus > have && !options.num_gpus)
-            return invalid_argument(e.origin + ": '" + e.name + "' declares gpus=" + std::to_string(*e.gpus) +
-                                    " but its agent detected " + std::to_string(have) +
-                                    " (remove gpus=, or give --num-gpus for logical GPUs)");
-        }
+        if (Status s = claims_no_more_gpus(e, h.inventory, options, "its agent detected"); !s)
+          return s;
       } else {
         h.inventory = hostfiles::declared_inventory(e);
       }

@@ -2,13 +2,14 @@
 // joined into a plan.  Detection reads an empty fake sysfs root, so only
 // logical devices (--num-gpus) exist on "this host".
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <initializer_list>
 #include <map>
 #include <string>
-#include <unistd.h>
 
 #include "accrun/commands.hpp"
 #include "accrun/detect.hpp"
@@ -128,6 +129,46 @@ TEST_F(BuildPlan, ThisHostListedTwiceIsRefused) {
   ASSERT_FALSE(p.is_ok());
   EXPECT_EQ(p.status().message(), hosts + ":2: '127.0.0.1' and 'localhost' (" + hosts +
                                       ":1) both name this host; list it once");
+}
+
+// Host names ignore case: LOCALHOST and this host's name in capitals are
+// this host, with its detected devices.  Before, they were planned as
+// other hosts, and with this host's name also listed its GPUs went to two
+// ranks each.
+TEST_F(BuildPlan, ThisHostIsRecognisedInAnyCase) {
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof name - 1), 0);
+  std::string upper = name;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  use_environment("nvidia-8xh100", {});
+  auto p = run({"--dry-run", "-H", "localhost:2," + upper + ":2", "--gpus-per-rank", "4", "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().message().find("both name this host; list it once"), std::string::npos)
+      << p.status().message();
+  p = run({"--dry-run", "-H", "LOCALHOST:2,127.0.0.1:2", "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().message().find("both name this host; list it once"), std::string::npos)
+      << p.status().message();
+  p = run({"--dry-run", "-H", "LOCALHOST:2", "--gpus-per-rank", "4", "true"});
+  ASSERT_TRUE(p.is_ok()) << p.status().message();  // detected: 8 GPUs, not none declared
+  EXPECT_EQ(p->ranks[1].env.at("CUDA_VISIBLE_DEVICES"), "4,5,6,7");
+}
+
+// The entry for this host may not claim GPUs detection did not find, as
+// no other host's entry may claim more than its agent found.  Before, the
+// claim was dropped without a word, and a later request for GPUs told the
+// user to declare them.
+TEST_F(BuildPlan, ThisHostsEntryMayNotClaimGpusItLacks) {
+  const std::string hosts = write("claims", "localhost slots=2 gpus=4\n");
+  auto p = run({"--dry-run", "-n", "1", "--hostfile", hosts, "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().message(),
+            hosts +
+                ":1: 'localhost' declares gpus=4 but detection found 0 (remove gpus=, or "
+                "give --num-gpus for logical GPUs)");
+  use_environment("nvidia-8xh100", {});
+  p = run({"--dry-run", "-n", "1", "--hostfile", hosts, "true"});
+  EXPECT_TRUE(p.is_ok()) << p.status().message();
 }
 
 TEST_F(BuildPlan, HostListAndDefaults) {
