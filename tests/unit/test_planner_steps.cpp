@@ -447,7 +447,9 @@ std::vector<Env> environments(const JobSpec& spec, const std::vector<HostSlots>&
     RankEnvironment env(spec, h, cand, node++, false, "head", p.ranks);
     for (std::size_t li = 0; li < cand.ranks.size(); ++li) {
       const RankPlan& r = p.ranks[static_cast<std::size_t>(cand.ranks[li])];
-      out[static_cast<std::size_t>(r.rank)] = env.for_rank(static_cast<int>(li), r, cores);
+      auto e = env.for_rank(static_cast<int>(li), r, cores);
+      EXPECT_TRUE(e.is_ok()) << e.status().message();
+      if (e) out[static_cast<std::size_t>(r.rank)] = std::move(*e);
     }
   }
   return out;
@@ -503,13 +505,43 @@ TEST(PlannerEnvironment, ThreadsAndExports) {
   s.cpus_per_rank = 3;
   EXPECT_EQ(var(environments(s, {slots(host("a", 0), 1)}, 2)[0], "OMP_NUM_THREADS"), "3") << "-c wins";
   s.inherited = {{"OMP_NUM_THREADS", "7"}, {"FOO", "inherited"}};
-  s.exports = {{"FOO", std::nullopt}, {"BAR", "1"}, {"MISSING", std::nullopt}, {"RANK", "mine"}};
+  s.exports = {
+      {"FOO", std::nullopt}, {"BAR", "1"}, {"MISSING", std::nullopt}, {"MASTER_PORT", "1234"}};
   const Env e = environments(s, {slots(host("a", 0), 1)}, 2)[0];
   EXPECT_EQ(var(e, "OMP_NUM_THREADS"), "<unset>") << "the user's value reaches the rank by inheritance";
   EXPECT_EQ(var(e, "FOO"), "inherited");
   EXPECT_EQ(var(e, "BAR"), "1");
   EXPECT_EQ(var(e, "MISSING"), "<unset>");
-  EXPECT_EQ(var(e, "RANK"), "mine") << "-x is applied last";
+  EXPECT_EQ(var(e, "MASTER_PORT"), "1234") << "the rendezvous is the user's to set";
+}
+
+// An -x of a variable accrun sets for each rank would undo the plan
+// (-x ACCRUN_RANK=5 gave every rank 5; -x CUDA_VISIBLE_DEVICES gave a
+// one-GPU rank the inherited three): it is bad input.  Where the plan
+// sets no device variable, the user's passes.
+TEST(PlannerEnvironment, AnExportOfAVariableAccrunSetsPerRankIsRefused) {
+  JobSpec s = spec_of(2, {{"GPU", q("1")}});
+  s.inherited = {{"CUDA_VISIBLE_DEVICES", "2,5,7"}};
+  std::vector<Candidate> c;
+  std::vector<HostSlots> hosts = {slots(host("a", 8), 2)};
+  Plan p = numbered(s, hosts, c);
+  assign_devices(c[0], p.ranks);
+  for (const char* name :
+       {"ACCRUN_RANK", "RANK", "WORLD_SIZE", "CUDA_VISIBLE_DEVICES", "ACCRUN_GPU_IDS"}) {
+    s.exports = {{name, std::nullopt}};
+    RankEnvironment env(s, hosts[0], c[0], 0, false, "head", p.ranks);
+    auto e = env.for_rank(0, p.ranks[0], 0);
+    ASSERT_FALSE(e.is_ok()) << name;
+    EXPECT_EQ(e.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(e.status().message().find(std::string("option '-x': ") + name +
+                                        " is set by accrun for each rank"),
+              std::string::npos)
+        << e.status().message();
+  }
+  JobSpec none = spec_of(1);
+  none.inherited = {{"CUDA_VISIBLE_DEVICES", "2,5,7"}};
+  none.exports = {{"CUDA_VISIBLE_DEVICES", std::nullopt}};
+  EXPECT_EQ(var(environments(none, {slots(host("a", 8), 1)})[0], "CUDA_VISIBLE_DEVICES"), "2,5,7");
 }
 
 TEST(PlannerEnvironment, NodeVisibilityListsTheHostsJobDevicesOwnFirst) {

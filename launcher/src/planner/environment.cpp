@@ -90,7 +90,7 @@ RankEnvironment::RankEnvironment(const JobSpec& spec, const HostSlots& h, const 
   common_.emplace("OMPI_COMM_WORLD_LOCAL_SIZE", local_size_s);
 }
 
-Env RankEnvironment::for_rank(int local_rank, const RankPlan& rank, int cores) const {
+Result<Env> RankEnvironment::for_rank(int local_rank, const RankPlan& rank, int cores) const {
   Env env = common_;
   const std::string rank_s = std::to_string(rank.rank);
   const std::string local_s = std::to_string(local_rank);
@@ -130,6 +130,13 @@ Env RankEnvironment::for_rank(int local_rank, const RankPlan& rank, int cores) c
     if (n > 0) env.emplace("OMP_NUM_THREADS", std::to_string(n));
   }
   for (const auto& [name, value] : spec_.exports) {
+    if (env.count(name) != 0 && name != "MASTER_ADDR" && name != "MASTER_PORT" &&
+        name != "OMP_NUM_THREADS" && name != "TPU_MESH_CONTROLLER_PORT") {
+      return invalid_argument("option '-x': " + name +
+                              " is set by accrun for each rank (here rank " +
+                              std::to_string(rank.rank) + " gets " + name + "=" + env.at(name) +
+                              "); -x would undo that, so remove -x " + name);
+    }
     if (value) {
       env[name] = *value;
     } else if (auto it = spec_.inherited.find(name); it != spec_.inherited.end()) {

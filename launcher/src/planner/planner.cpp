@@ -44,7 +44,9 @@ Result<Plan> plan(const JobSpec& spec, const std::vector<HostSlots>& hosts) {
     for (std::size_t li = 0; li < c.ranks.size(); ++li) {
       RankPlan& rp = out.ranks[static_cast<std::size_t>(c.ranks[li])];
       rp.cpus = std::move(cpus[li].cpus);
-      rp.env = env.for_rank(static_cast<int>(li), rp, cpus[li].cores);
+      auto rank_env = env.for_rank(static_cast<int>(li), rp, cpus[li].cores);
+      if (!rank_env) return rank_env.status();
+      rp.env = std::move(*rank_env);
     }
   }
   return out;
