@@ -411,6 +411,38 @@ TEST_P(StoreHosts, AMemberThatDiesOnAnotherHostFailsEveryMemberNamingIt) {
   }
 }
 
+// A collective's send waits for a peer that does not read (here the leader
+// of host b, busy elsewhere while its host's other member is dead): it
+// fails once the job reports a member dead, naming it, instead of waiting
+// for the group's timeout (20 s here) because the peer itself lives.
+TEST_P(StoreHosts, ASendWaitingForALivePeerStopsWhenAnotherMemberIsReportedDead) {
+  World w;
+  std::atomic<int> finished{0};
+  GroupSpec g = on_hosts(spec("send-dead", 4, 20000, {4, 5, 6, 7}), "aabb", GetParam());
+  std::thread reporter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    w.peers.fail(7, "rank 7 on host host-b was killed by signal 9");
+  });
+  w.run(g, [&](int r, Backend& b) {
+    if (r >= 2) {  // 3 "dies"; 2 holds its group and reads nothing
+      const auto until = Clock::now() + std::chrono::seconds(25);
+      while (finished.load() < 2 && Clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return;
+    }
+    std::vector<char> big(64u << 20, static_cast<char>(r));
+    const auto start = Clock::now();
+    Status s = b.broadcast(big.data(), big.size(), DType::kInt8, 0, nullptr);
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(5)) << "rank " << r << ": " << s.message();
+    if (r == 0) {  // (rank 1 reads its data from rank 0's buffer: it may be done)
+      EXPECT_EQ(s.code(), Code::kRemote) << s.message();
+      EXPECT_NE(s.message().find("job rank 7"), std::string::npos) << s.message();
+    }
+    ++finished;
+  });
+  reporter.join();
+}
+
 // A large broadcast streams down the chain of leaders while each host's
 // members read every piece from their leader as it comes.  Its root (group
 // rank 0, job rank 10) dies before sending: the leaders of the other hosts
@@ -790,6 +822,111 @@ TEST_P(StoreHosts, MembersThatDisagreeOnARootOrCountFailEveryMemberWithTheSameCo
       EXPECT_NE(s.message().find("members called different collectives"), std::string::npos) << s.message();
     });
   }
+}
+
+// Members of each host that name a root on their own host: every host's
+// leader takes itself for the root's, sends, and receives nothing, so the
+// broadcast cannot fail in the call.  The next call finds the other host's
+// data and says that the members disagreed on the root, naming both (it
+// said they made another number of collective calls).  Small (a tree of
+// leaders) and large (a chain).  Over libfabric a leader's send may wait
+// for its receipt, so there the broadcast itself may fail, at the timeout.
+TEST_P(StoreHosts, MembersThatEachNameARootOnTheirOwnHostAreToldAtTheNextCall) {
+  const bool receipts = std::string(GetParam()) == "libfabric";
+  for (std::size_t count : {std::size_t{10}, std::size_t{100000}}) {
+    World w;
+    std::atomic<int> failed{0}, told{0};
+    w.run(on_hosts(spec("own-root", 4, receipts ? 1000 : 5000), "aabb", GetParam()),
+          [&](int r, Backend& b) {
+            std::vector<std::int32_t> v(count, r);
+            Status s = b.broadcast(v.data(), count, DType::kInt32, r < 2 ? 0 : 3, nullptr);
+            if (s.is_ok()) s = b.barrier();
+            if (s.is_ok()) return;
+            ++failed;
+            if (receipts && s.code() == Code::kTimeout) return;
+            EXPECT_EQ(s.code(), Code::kInvalidUsage) << s.message();
+            if (s.message().find("disagree on a broadcast's root") != std::string::npos) {
+              ++told;
+              EXPECT_NE(s.message().find("broadcast of " + std::to_string(count) + " int32 root 0"),
+                        std::string::npos)
+                  << s.message();
+              EXPECT_NE(s.message().find("broadcast of " + std::to_string(count) + " int32 root 3"),
+                        std::string::npos)
+                  << s.message();
+            }
+          });
+    EXPECT_EQ(failed.load(), 4) << count;
+    if (!receipts) {
+      EXPECT_GE(told.load(), 2) << count << ": both leaders, at least";
+    }
+  }
+}
+
+// A reducescatter is one collective call signed as a reducescatter: met by
+// an allreduce on another host it fails naming both.  Before, it counted as
+// two calls and signed itself as an allreduce.
+TEST_P(StoreHosts, AReducescatterMetByAnAllreduceOnAnotherHostFailsNamingBoth) {
+  World w;
+  w.run(on_hosts(spec("rs-ar", 4, 5000), "aabb", GetParam()), [&](int r, Backend& b) {
+    std::vector<float> in(40, 1.0f), out(40, 0.0f);
+    Status s = r < 2
+                   ? b.reducescatter(in.data(), out.data(), 10, DType::kFloat32, Op::kSum, nullptr)
+                   : b.allreduce(in.data(), out.data(), 40, DType::kFloat32, Op::kSum, nullptr);
+    if (s.is_ok()) s = b.barrier();
+    EXPECT_EQ(s.code(), Code::kInvalidUsage) << s.message();
+    if (r == 0 || r == 2) {
+      EXPECT_NE(s.message().find("reducescatter of 10 float32 sum"), std::string::npos)
+          << s.message();
+      EXPECT_NE(s.message().find("allreduce of 40 float32 sum"), std::string::npos) << s.message();
+      EXPECT_EQ(s.message().find("another number of collective calls"), std::string::npos)
+          << s.message();
+    }
+  });
+  World ok;
+  ok.run(on_hosts(spec("rs-twice", 4, 5000), "aabb", GetParam()), [&](int r, Backend& b) {
+    std::vector<float> in(40, static_cast<float>(r)), out(10, -1.0f);
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(
+          b.reducescatter(in.data(), out.data(), 10, DType::kFloat32, Op::kSum, nullptr).is_ok());
+      EXPECT_EQ(out[9], 6.0f);
+    }
+    // One call each: an allreduce after them is every member's third.
+    ASSERT_TRUE(b.allreduce(in.data(), in.data(), 40, DType::kFloat32, Op::kSum, nullptr).is_ok());
+  });
+}
+
+// A bracket whose receives on this host fail (a message too large for its
+// receive) still takes its receives from other hosts, into the buffers
+// given for them.  Before, those were kept for the next bracket: they wrote
+// into this bracket's buffers and took the next bracket's messages.
+TEST_P(StoreHosts, ABracketThatFailsOnThisHostStillTakesItsReceivesFromOtherHosts) {
+  World w;
+  w.run(on_hosts(spec("bracket", 4, 5000), "aabb", GetParam()), [&](int r, Backend& b) {
+    if (r == 0) {
+      std::int32_t small[1] = {0}, pair[2] = {0, 0};
+      std::vector<std::int32_t> bx(4, -1), by(4, -1);
+      ASSERT_TRUE(b.group_start().is_ok());
+      ASSERT_TRUE(b.recv(small, 1, DType::kInt32, 1, nullptr).is_ok());
+      ASSERT_TRUE(b.recv(bx.data(), 4, DType::kInt32, 2, nullptr).is_ok());
+      EXPECT_EQ(b.group_end().code(), Code::kInvalidArgument);
+      EXPECT_EQ(bx, std::vector<std::int32_t>(4, 1)) << "the bracket's own message from host b";
+      ASSERT_TRUE(b.recv(pair, 2, DType::kInt32, 1, nullptr).is_ok());
+      EXPECT_EQ(pair[1], 5);
+      ASSERT_TRUE(b.group_start().is_ok());
+      ASSERT_TRUE(b.recv(by.data(), 4, DType::kInt32, 2, nullptr).is_ok());
+      ASSERT_TRUE(b.group_end().is_ok());
+      EXPECT_EQ(by, std::vector<std::int32_t>(4, 2));
+      EXPECT_EQ(bx, std::vector<std::int32_t>(4, 1)) << "not written by the next bracket";
+    } else if (r == 1) {
+      const std::int32_t v[2] = {5, 5};
+      ASSERT_TRUE(b.send(v, 2, DType::kInt32, 0, nullptr).is_ok());
+    } else if (r == 2) {
+      const std::vector<std::int32_t> one(4, 1), two(4, 2);
+      ASSERT_TRUE(b.send(one.data(), 4, DType::kInt32, 0, nullptr).is_ok());
+      ASSERT_TRUE(b.send(two.data(), 4, DType::kInt32, 0, nullptr).is_ok());
+    }
+    EXPECT_TRUE(b.barrier().is_ok());
+  });
 }
 
 // A large broadcast runs down the chain of leaders in chunks, each host

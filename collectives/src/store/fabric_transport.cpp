@@ -386,6 +386,17 @@ Status FabricTransport::wait_for(Ready ready, int peer, const Wait& w, const cha
           return remote_error("group '" + group_ + "': " + w.op + ": " + describe(peer) + ": " +
                               lost_[static_cast<std::size_t>(peer)]);
       }
+      if (w.watch_members && peers_ != nullptr) {
+        for (std::size_t q = 0; q < members_.size(); ++q) {
+          if (static_cast<int>(q) == peer || static_cast<int>(q) == rank_) continue;
+          if (auto f = peers_->failure(members_[q].job_rank)) {
+            for (int i = 0; i < 16 && !ready(); ++i) progress();
+            if (ready()) return Status::ok();
+            return remote_error("group '" + group_ + "': " + w.op + ": " +
+                                describe(static_cast<int>(q)) + " failed: " + *f);
+          }
+        }
+      }
       if (w.also) {
         if (Status s = w.also(); !s) return ready() ? Status::ok() : s;
       }

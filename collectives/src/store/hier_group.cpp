@@ -185,6 +185,7 @@ Wait HierGroup::wait_spec() const {
   // (A rank's part, in allgather: the bytes each message between hosts carries.)
   Wait w = p2p_wait_spec(sig_.count * dtype_size(static_cast<DType>(sig_.dtype)));
   w.also = [this] { return local_->gave_up(op_); };
+  w.watch_members = true;  // a collective stops for a dead member anywhere
   return w;
 }
 
@@ -199,7 +200,10 @@ Wait HierGroup::p2p_wait_spec(std::size_t bytes) const {
 
 Status HierGroup::enter(const char* op, void* stream, bool collective) {
   op_ = op;
-  if (collective) local_->note_outer_call(++calls_);
+  if (collective) {
+    local_->note_outer_call(++calls_);
+    prev_sig_ = sig_;
+  }
   if (!broken_.is_ok()) return broken_;
   local_->sign_root_as(-1);  // reduce and broadcast name theirs
   if (stream != nullptr)
@@ -287,13 +291,28 @@ void HierGroup::say_algorithm(const char* algorithm, std::size_t bytes) {
 
 Status HierGroup::lsend(int host, const void* data, std::size_t len, const Wait& w, bool borrow) {
   Across across(*local_);  // (past the bound on what is queued, a send waits)
-  return links_->send2(lane_peer(host), HostLinks::kCollective, &sig_, sizeof sig_,
-                     data, len, w, borrow);
+  return why_lost(host, links_->send2(lane_peer(host), HostLinks::kCollective, &sig_, sizeof sig_,
+                                      data, len, w, borrow));
 }
 
 Status HierGroup::lflush(int host, const Wait& w) {
   Across across(*local_);
-  return links_->flush_link(lane_peer(host), w);
+  return why_lost(host, links_->flush_link(lane_peer(host), w));
+}
+
+Status HierGroup::why_lost(int host, Status s) {
+  if (s.code() != Code::kRemote) return s;
+  // A member that gave up told this one why, or sent a call that does not
+  // match, before it closed the link: that message is the reason, not the
+  // closed link a send met first.
+  Wait now;
+  now.op = op_;
+  now.timeout_ms = 0;
+  now.deadline = Clock::now();
+  std::string first;
+  if (!links_->recv_message(lane_peer(host), HostLinks::kCollective, &first, now).is_ok()) return s;
+  Status said = check_sig(lane_peer(host), first);
+  return said.is_ok() ? s : said;
 }
 
 Status HierGroup::lrecv(int host, void* data, std::size_t len, const Wait& w) {
@@ -387,6 +406,20 @@ Status HierGroup::check_sig(int from, const std::string& message) {
              (s.coll == kReduce || s.coll == kBroadcast ? " root " + std::to_string(s.root) : std::string());
     };
     std::string mine = text(sig_), other = text(theirs), hint;
+    if (theirs.coll == kBroadcast && prev_sig_.coll == kBroadcast &&
+        theirs.call == prev_sig_.call && theirs.call + 1 == sig_.call &&
+        theirs.root != prev_sig_.root) {
+      // Each host that took itself for the root's only sent: that
+      // broadcast returned on both sides, and its data shows up now.
+      return invalid_usage(
+          "group '" + name_ + "': the members disagree on a broadcast's root: group rank " +
+          std::to_string(rank_) + " called " + text(prev_sig_) + " as its collective call " +
+          std::to_string(prev_sig_.call) + " on the group, " + links_->describe(from) + " called " +
+          other +
+          "; each host whose members named a root of their own sent the "
+          "data and received none, so that broadcast returned with different data on different "
+          "hosts, found at the next call");
+    }
     if (theirs.call != sig_.call) {
       mine += " as its collective call " + std::to_string(sig_.call) + " on the group";
       other += " as its call " + std::to_string(theirs.call);
@@ -576,7 +609,14 @@ Status HierGroup::allreduce(const void* send, void* recv, std::size_t count, DTy
   ACCRUN_RETURN_IF_ERROR(enter("allreduce", stream, true));
   ACCRUN_RETURN_IF_ERROR(check_count(count, 1, dt));
   if (count > 0 && (send == nullptr || recv == nullptr)) return invalid_argument("group '" + name_ + "': allreduce: a NULL buffer");
-  sig_ = Sig{kAllreduce, static_cast<std::uint32_t>(dt), static_cast<std::uint32_t>(op), -1, count, calls_};
+  return allreduce_as(Sig{kAllreduce, static_cast<std::uint32_t>(dt),
+                          static_cast<std::uint32_t>(op), -1, count, calls_},
+                      send, recv, count, dt, op);
+}
+
+Status HierGroup::allreduce_as(const Sig& sig, const void* send, void* recv, std::size_t count,
+                               DType dt, Op op) {
+  sig_ = sig;
   if (lanes_ > 1 && count * dtype_size(dt) >= kLanesMinBytes) {
     return run(local_->allreduce_around(send, recv, count, dt, op, [&](char* slice, std::size_t n) {
       if (n == 0) return Status::ok();  // as on every host: the slices are the same
@@ -786,9 +826,15 @@ Status HierGroup::reducescatter(const void* send, void* recv, std::size_t recv_c
   const InCall in_call(*local_);
   ACCRUN_RETURN_IF_ERROR(enter("reducescatter", stream, true));
   ACCRUN_RETURN_IF_ERROR(check_count(recv_count, static_cast<std::size_t>(size_), dt));
+  if (recv_count > 0 && (send == nullptr || recv == nullptr))
+    return invalid_argument("group '" + name_ + "': reducescatter: a NULL buffer");
   const std::size_t ds = dtype_size(dt);
   char* const all = tmp_.get(recv_count * static_cast<std::size_t>(size_) * ds);
-  ACCRUN_RETURN_IF_ERROR(allreduce(send, all, recv_count * static_cast<std::size_t>(size_), dt, op, nullptr));
+  // One collective call, signed as the reducescatter it is.
+  ACCRUN_RETURN_IF_ERROR(allreduce_as(Sig{kReducescatter, static_cast<std::uint32_t>(dt),
+                                          static_cast<std::uint32_t>(op), -1, recv_count, calls_},
+                                      send, all, recv_count * static_cast<std::size_t>(size_), dt,
+                                      op));
   std::memcpy(recv, all + static_cast<std::size_t>(rank_) * recv_count * ds, recv_count * ds);
   return Status::ok();
 }
@@ -847,16 +893,20 @@ Status HierGroup::group_start() {
 Status HierGroup::group_end() {
   if (depth_ == 0) return invalid_usage("group '" + name_ + "': group_end without group_start");
   --depth_;
-  ACCRUN_RETURN_IF_ERROR(local_->group_end());
-  if (depth_ > 0) return Status::ok();
+  // The bracket's receives from other hosts belong to this bracket, also
+  // when its ops on this host failed: they are taken now, into the
+  // buffers they were given for (kept for the next bracket, they would
+  // write into this one's buffers and take the next one's messages).
   std::vector<PendingRecv> todo;
-  todo.swap(pending_);
+  if (depth_ == 0) todo.swap(pending_);
+  Status first = local_->group_end();
   op_ = "recv";
   for (const PendingRecv& r : todo) {
     std::size_t got = 0;
-    ACCRUN_RETURN_IF_ERROR(links_->recv(r.peer, HostLinks::kP2p, r.buf, r.bytes, &got, p2p_wait_spec(r.bytes)));
+    Status s = links_->recv(r.peer, HostLinks::kP2p, r.buf, r.bytes, &got, p2p_wait_spec(r.bytes));
+    if (first && !s) first = s;
   }
-  return Status::ok();
+  return first;
 }
 
 }  // namespace accrun::collectives::store

@@ -109,6 +109,9 @@ class HierGroup final : public Backend {
     // instead of being matched with another call of the same kind.
     std::uint64_t call = 0;
   };
+  // allreduce's body, the call signed as `sig` (reducescatter runs it too).
+  Status allreduce_as(const Sig& sig, const void* send, void* recv, std::size_t count, DType dt,
+                      Op op);
   struct PendingRecv {
     void* buf;
     std::size_t bytes;
@@ -135,6 +138,10 @@ class HierGroup final : public Backend {
   // calls return the same error, and the host's members are told.
   Status fail(Status s);
   Status run(Status s) { return s.is_ok() ? s : fail(std::move(s)); }
+  // A send or flush to `host` that found the link lost (kRemote): the
+  // message that member sent before it closed, if it explains why (its
+  // abort notice, a call that does not match), else `s`.
+  Status why_lost(int host, Status s);
   Status speaks_for(Status s, int host) const;
 
   // Between the members of one lane (lane_: the local index; the leaders'
@@ -184,6 +191,7 @@ class HierGroup final : public Backend {
   std::size_t sleep_min_ = 0;             // Tuning::across_sleep_min
   std::unique_ptr<HostLinks> links_;      // to the other hosts: tcp or libfabric
   Sig sig_;
+  Sig prev_sig_;  // the call before (a broadcast's root, against a late message)
   const char* op_ = "setup";
   Status broken_;
   int told_by_ = -1;  // the host whose word of giving up failed this member, if one did

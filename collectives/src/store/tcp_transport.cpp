@@ -202,6 +202,14 @@ TcpTransport::~TcpTransport() {
   for (Pending& p : pending_)
     if (!take_hello(p)) ::close(p.fd);
   for (Link& l : links_) {
+    // Bytes left unread at close make the kernel reset the connection, and
+    // a reset throws away what this side still had on its way (why this
+    // member gave up, sent just before): what is there is read first.
+    if (l.in_fd >= 0) {
+      char sink[65536];
+      for (int i = 0; i < 64 && ::recv(l.in_fd, sink, sizeof sink, MSG_DONTWAIT) > 0; ++i) {
+      }
+    }
     if (l.out_fd >= 0) ::close(l.out_fd);
     if (l.in_fd >= 0 && l.in_fd != l.out_fd) ::close(l.in_fd);
   }
@@ -646,6 +654,7 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
   // in: a large message streams in for milliseconds.
   auto spun_from = start;
   std::uint64_t seen = peer >= 0 ? links_[static_cast<std::size_t>(peer)].in_bytes : 0;
+  watch_all = watch_all || w.watch_members;
   for (;;) {
     if (ready()) return Status::ok();
     const auto now = Clock::now();
@@ -1175,8 +1184,10 @@ void TcpTransport::lose_locked(int peer, const std::string& why) {
   // The peer is told at once: its reads of this connection end, so a wait
   // of its own on a message this link will never carry fails now, not at
   // the group's timeout.  (Shut down, not closed: the descriptor stays this
-  // link's until the transport goes.)
-  if (l.out_fd >= 0) ::shutdown(l.out_fd, SHUT_RDWR);
+  // link's until the transport goes.)  Only the writing side where the
+  // connection carries the peer's messages too: what the peer sent before
+  // it went (why it gave up) stays there to be read.
+  if (l.out_fd >= 0) ::shutdown(l.out_fd, l.out_fd == l.in_fd ? SHUT_WR : SHUT_RDWR);
   const std::string dropped =
       l.dropped > 0 ? "; " + std::to_string(l.dropped) + " bytes queued for it were never sent" : std::string();
   log(l.dropped > 0 ? LogLevel::kWarn : LogLevel::kDebug, "group '%s': TCP transport: %s %s%s", name_.c_str(),

@@ -67,6 +67,11 @@ struct Wait {
   // poll at once rather than yield by turns first.  Transports without a
   // blocking wait ignore it.
   bool sleep = false;
+  // A collective's wait: also ends (kRemote) when any member of the group
+  // failed, not only the awaited peer.  A send waiting for a peer that
+  // gave up on a dead member, and keeps its process and group, would
+  // otherwise wait until the deadline.
+  bool watch_members = false;
 };
 
 // A link from this rank to one peer.  Calls come from one thread at a time
