@@ -135,6 +135,36 @@ GroupManager::~GroupManager() {
   for (const auto& [name, next] : next_epoch_) kept[name] = std::max(kept[name], next);
 }
 
+std::string GroupManager::cannot_gather(const std::vector<std::string>& keys,
+                                        const std::vector<int>& others,
+                                        const std::map<int, std::string>& failed) {
+  if (failed.empty()) return "";
+  std::set<int> present = {self_.member.job_rank};
+  std::vector<int> missing;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    auto v = dir_.lookup(keys[i], 0);
+    auto rec = v ? decode_record(*v) : Result<MemberRecord>(v.status());
+    if (rec) {
+      present.insert(rec->member.job_rank);
+    } else {
+      missing.push_back(others[i]);
+    }
+  }
+  int left = 0;
+  for (int j = 0; j < opts_.job_size; ++j)
+    left += present.count(j) == 0 && failed.count(j) == 0 ? 1 : 0;
+  if (missing.empty() || static_cast<int>(missing.size()) <= left) return "";
+  std::string list, dead;
+  for (std::size_t i = 0; i < missing.size(); ++i)
+    list += (i ? ", " : "") + std::to_string(missing[i]);
+  for (const auto& [rank, text] : failed)
+    if (present.count(rank) == 0) dead += (dead.empty() ? "" : "; ") + text;
+  return "group rank" + std::string(missing.size() > 1 ? "s " : " ") + list +
+         " can never arrive: " + dead + ", and " + std::to_string(left) +
+         " of the job's other ranks " + (left == 1 ? "is" : "are") + " left to be " +
+         std::to_string(missing.size()) + " member" + (missing.size() > 1 ? "s" : "");
+}
+
 std::string GroupManager::prefix(const std::string& name, std::uint64_t epoch) const {
   return "accrun.g/" + escape_key_component(name) + "/" + std::to_string(epoch) + "/";
 }
@@ -262,6 +292,18 @@ Result<std::shared_ptr<Group>> GroupManager::create(const std::string& name, int
       if (auto c = dir_.lookup(p + "closed", 0)) {
         remember(epoch + 1);
         return decode_closed(*c);
+      }
+      // Ranks of the job that failed cannot join: once fewer of the job's
+      // other ranks are left than members are missing, the group can never
+      // gather, and waiting for the init timeout only hides why.
+      if (!first && peers_ != nullptr && opts_.job_size > 0) {
+        if (auto why = cannot_gather(keys, others, peers_->failures()); !why.empty()) {
+          const std::string reason =
+              label + " (epoch " + std::to_string(epoch) + "): " + why + before;
+          close(p, encode_closed(Code::kRemote, reason));
+          remember(epoch + 1);
+          return Status(Code::kRemote, reason);
+        }
       }
       if (!first && remaining_ms() <= 0) {
         std::vector<int> missing;

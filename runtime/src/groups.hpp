@@ -111,6 +111,12 @@ class GroupManager {
 
  private:
   std::string prefix(const std::string& name, std::uint64_t epoch) const;
+  // Why an incarnation still missing the members under `keys` (group ranks
+  // `others`) can never gather, given the job's `failed` ranks: fewer of
+  // the job's ranks are left (neither failed nor members already) than
+  // members are missing.  Empty: it may still gather.
+  std::string cannot_gather(const std::vector<std::string>& keys, const std::vector<int>& others,
+                            const std::map<int, std::string>& failed);
   void close(const std::string& prefix, const std::string& reason);
 
   Directory& dir_;

@@ -34,4 +34,15 @@ std::optional<std::string> PeerTable::failure(int job_rank) const {
   return "rank " + std::to_string(job_rank) + where + " " + *p.failed;
 }
 
+std::map<int, std::string> PeerTable::failures() const {
+  std::map<int, std::string> out;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [rank, p] : peers_)
+      if (p.failed) out[rank] = "";
+  }
+  for (auto& [rank, text] : out) text = failure(rank).value_or("");
+  return out;
+}
+
 }  // namespace accrun::runtime

@@ -65,7 +65,8 @@ BackendKind fake_resolver(const std::vector<collectives::MemberFacts>& facts, st
 
 // One simulated process.
 struct Proc {
-  Proc(MemoryDirectory& dir, int job_rank, int timeout_ms = 5000, std::vector<int> gpus = {}, std::string job = {}) {
+  Proc(MemoryDirectory& dir, int job_rank, int timeout_ms = 5000, std::vector<int> gpus = {},
+       std::string job = {}, int job_size = 0) {
     SelfInfo self;
     self.member.job_rank = job_rank;
     self.member.host = "h0";
@@ -77,6 +78,7 @@ struct Proc {
     o.shm_dir = "/nonexistent";
     o.init_timeout_ms = timeout_ms;
     o.job = std::move(job);
+    o.job_size = job_size;
     mgr = std::make_unique<GroupManager>(dir, &peers, self, o, fake_factory, fake_resolver);
   }
   PeerTable peers{"h0"};
@@ -260,6 +262,46 @@ TEST(RuntimeGroups, TimeoutNamesTheRanksThatNeverArrived) {
     ASSERT_TRUE(g.is_ok()) << g.status().message();
     EXPECT_EQ(g.value()->epoch, 1u);
   }
+}
+
+// A rank of the job that failed before declaring the group cannot join it:
+// once fewer of the job's ranks are left than members are missing, every
+// member fails naming it (kRemote), well before the init timeout (10 s
+// here).  Before, they waited the whole timeout.
+TEST(RuntimeGroups, AGroupThatCanNeverGatherFailsOnceARankOfTheJobFailed) {
+  MemoryDirectory dir;
+  Proc a(dir, 0, 10000, {}, {}, 3), b(dir, 1, 10000, {}, {}, 3);
+  std::thread reporter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    a.peers.report_failure(2, "exited with status 3", "h2");
+    b.peers.report_failure(2, "exited with status 3", "h2");
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto gs = create_all({&a, &b}, "short", 3, {0, 1});
+  reporter.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  for (auto& g : gs) {
+    ASSERT_FALSE(g.is_ok());
+    EXPECT_EQ(g.status().code(), Code::kRemote);
+    EXPECT_NE(g.status().message().find(
+                  "group rank 2 can never arrive: rank 2 on host h2 exited with status 3, "
+                  "and 0 of the job's other ranks are left to be 1 member"),
+              std::string::npos)
+        << g.status().message();
+  }
+  // A failed rank is no reason while others are left to take its place.
+  MemoryDirectory dir2;
+  Proc c(dir2, 0, 10000, {}, {}, 4), d(dir2, 1, 10000, {}, {}, 4), e(dir2, 3, 10000, {}, {}, 4);
+  c.peers.report_failure(2, "exited with status 3", "h2");
+  d.peers.report_failure(2, "exited with status 3", "h2");
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    auto g = e.mgr->create("spare", 3, 2, BackendKind::kStore);
+    EXPECT_TRUE(g.is_ok()) << g.status().message();
+  });
+  for (auto& g : create_all({&c, &d}, "spare", 3, {0, 1}))
+    EXPECT_TRUE(g.is_ok()) << g.status().message();
+  late.join();
 }
 
 TEST(RuntimeGroups, BackendsThatDisagreeFail) {
