@@ -132,10 +132,13 @@ Result<Plan> build_plan(const Options& options, char** envp, int master_port,
     const std::vector<int> usable = usable_hosts(spec, hosts);
     if (options.npernode > 0) {
       spec.np = options.npernode * static_cast<int>(usable.size());
+      spec.np_from = "--npernode " + std::to_string(options.npernode) + " on " +
+                     std::to_string(usable.size()) + (usable.size() == 1 ? " host" : " hosts");
     } else if (options.hostfile || options.host_list) {
       long long total = 0;
       for (int i : usable) total += hosts[static_cast<std::size_t>(i)].slots.value_or(1);
       spec.np = static_cast<int>(std::min<long long>(total, 100'000'000));
+      spec.np_from = "the hosts' slots";
     } else {
       spec.np = 1;
     }

@@ -111,7 +111,11 @@ TEST_F(BuildPlan, HostfileEntryForThisHostIsDetectedOthersDeclared) {
   // found (not the 8 declared) and remote declares 1: only 2 ranks fit.
   auto p = run({"--dry-run", "--num-gpus", "1", "--gpus-per-rank", "1", "--hostfile", hosts, "true"});
   ASSERT_FALSE(p.is_ok());
-  EXPECT_NE(p.status().message().find("cannot place rank 2 of -n 4: every GPU is taken"), std::string::npos)
+  // (-n not given: the message says where the 4 came from.)
+  EXPECT_NE(p.status().message().find(
+                "cannot place rank 2 of 4 ranks (the hosts' slots, as -n was not given): every "
+                "GPU is taken"),
+            std::string::npos)
       << p.status().message();
   p = run({"--dry-run", "-n", "2", "--num-gpus", "1", "--gpus-per-rank", "1", "--hostfile", hosts, "true"});
   ASSERT_TRUE(p.is_ok()) << p.status().message();
@@ -121,6 +125,21 @@ TEST_F(BuildPlan, HostfileEntryForThisHostIsDetectedOthersDeclared) {
   EXPECT_EQ(p->ranks[1].env.at("ACCRUN_POD"), "p1");
   EXPECT_EQ(p->ranks[1].env.at("MASTER_ADDR"), "localhost");
   EXPECT_EQ(p->hosts[0].origin, hosts + ":1");
+}
+
+// A rank that asks for more devices than any one host has is told so,
+// with the most one host has; before, the message said every device was
+// taken and the hosts held 0 such ranks.
+TEST_F(BuildPlan, ARankAskingForMoreDevicesThanAnyHostHasIsToldTheMost) {
+  auto p = run({"--dry-run", "--num-gpus", "2", "--gpus-per-rank", "3", "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().message().find(
+                "cannot place rank 0 of -n 1: a rank asks for GPU=3, and no host has that "
+                "many: the most on one host is 2"),
+            std::string::npos)
+      << p.status().message();
+  EXPECT_NE(p.status().message().find("ask for at most 2 per rank"), std::string::npos)
+      << p.status().message();
 }
 
 TEST_F(BuildPlan, ThisHostListedTwiceIsRefused) {

@@ -27,6 +27,9 @@ struct HostSlots {
 // Everything the planner needs; no I/O behind it.
 struct JobSpec {
   int np = 1;
+  // Where np came from when -n was not given ("the hosts' slots"), for
+  // messages that would otherwise quote an -n the user never typed.
+  std::string np_from;
   std::vector<std::pair<std::string, detect::Quantity>> per_rank;  // canonical resource names
   int cpus_per_rank = 0;
   int npernode = 0;

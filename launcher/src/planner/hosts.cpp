@@ -44,11 +44,16 @@ Status no_host_of_type(const JobSpec& spec, const std::string& want,
 
 }  // namespace
 
+std::string ranks_asked(const JobSpec& spec) {
+  if (spec.np_from.empty()) return "-n " + std::to_string(spec.np);
+  return std::to_string(spec.np) + " ranks (" + spec.np_from + ", as -n was not given)";
+}
+
 Status validate_spec(const JobSpec& spec) {
   if (spec.np < 1) return invalid_argument("-n must be at least 1");
   if (spec.np > kMaxRanks) {
     // Refused before allocating a plan that would exhaust memory.
-    return invalid_argument("-n " + std::to_string(spec.np) + " is more ranks than accrun plans (at most " +
+    return invalid_argument(ranks_asked(spec) + " is more ranks than accrun plans (at most " +
                             std::to_string(kMaxRanks) + ")");
   }
   std::set<std::string> seen;

@@ -67,7 +67,7 @@ std::string mask_note(const std::vector<HostSlots>& hosts, const std::vector<Can
 // or the slots.
 Status explain_full(const JobSpec& spec, const std::vector<HostSlots>& hosts,
                     const std::vector<Candidate>& cands, int rank) {
-  std::string msg = "cannot place rank " + std::to_string(rank) + " of -n " + std::to_string(spec.np) + ": ";
+  std::string msg = "cannot place rank " + std::to_string(rank) + " of " + ranks_asked(spec) + ": ";
   // Which limit stops it: the devices of a requested resource, or slots.
   const Candidate* last_dev = nullptr;
   const ResourceSlot* tight = nullptr;
@@ -93,6 +93,24 @@ Status explain_full(const JobSpec& spec, const std::vector<HostSlots>& hosts,
                               mask_note(hosts, cands) +
                               "; declare them with gpus=N/resources=NAME:N in the hostfile, "
                               "or --num-gpus/--resources for this host");
+    }
+    // No host has as many as one rank asks for: say so, not "taken".
+    std::size_t most = 0;
+    const Candidate* biggest = nullptr;
+    for (const auto& c : cands)
+      for (const auto& r : c.resources)
+        if (r.name == tight->name && (biggest == nullptr || r.devices.size() > most)) {
+          most = r.devices.size();
+          biggest = &c;
+        }
+    if (device_total == 0 && biggest != nullptr &&
+        static_cast<long long>(most) < tight->q.whole_part()) {
+      return invalid_argument(msg + "a rank asks for " + tight->name + "=" + tight->q.str() +
+                              ", and no host has " + "that many: the most on one host is " +
+                              std::to_string(most) + " (" +
+                              host_label(hosts[static_cast<std::size_t>(biggest->input)]) + ")" +
+                              mask_note(hosts, cands) + "; ask for at most " +
+                              std::to_string(most) + " per rank, or add hosts with more");
     }
     const auto* dev = tight->devices.back();
     msg += "every " + tight->name + " is taken — the hosts hold " + std::to_string(device_total) +

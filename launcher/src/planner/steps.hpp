@@ -69,6 +69,9 @@ struct Run {
 // once each, quantities each resource allows, non-negative counts.  Errors
 // are invalid arguments naming the option.
 Status validate_spec(const JobSpec& spec);
+// How messages name the ranks asked for: "-n 8", or "32 ranks (the hosts'
+// slots, as -n was not given)".
+std::string ranks_asked(const JobSpec& spec);
 
 // How many ranks asking `q` of a resource fit on `devices` devices: fractions
 // pack one device before the next, whole requests take whole devices.
