@@ -80,6 +80,35 @@ std::optional<long long> to_whole(std::string_view s) {
   return v;
 }
 
+}  // namespace
+
+Result<long long> whole_number(std::string_view text, long long min, const char* example,
+                               long long max) {
+  const std::string shown = "'" + printable(text) + "'";
+  std::string_view digits = text;
+  const bool negative = !digits.empty() && digits[0] == '-';
+  if (negative) digits.remove_prefix(1);
+  const bool all_digits = !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) {
+    return c >= '0' && c <= '9';
+  });
+  if (!all_digits) return invalid_argument(shown + " is not a whole number (e.g. " + example + ")");
+  if (negative && digits.find_first_not_of('0') != std::string_view::npos)
+    return invalid_argument(shown + " must be at least " + std::to_string(min) + " (e.g. " +
+                            example + ")");
+  long long v = 0;
+  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (ec == std::errc::result_out_of_range || (ec == std::errc() && v > max))
+    return invalid_argument(shown + " is too large (at most " + std::to_string(max) + ")");
+  if (ec != std::errc() || p != digits.data() + digits.size())
+    return invalid_argument(shown + " is not a whole number (e.g. " + example + ")");
+  if (v < min)
+    return invalid_argument(shown + " must be at least " + std::to_string(min) + " (e.g. " +
+                            example + ")");
+  return v;
+}
+
+namespace {
+
 std::size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
@@ -368,13 +397,8 @@ Status apply_field(std::string_view field, HostEntry& e, std::set<std::string>& 
     return Status::ok();
   };
   auto whole = [&](long long min, const char* example) -> Result<int> {
-    auto v = to_whole(value);
-    if (!v) return invalid_argument(key + ": '" + value + "' is not a whole number (e.g. " + example + ")");
-    if (*v < min) {
-      return invalid_argument(key + ": '" + value + "' must be at least " + std::to_string(min) +
-                              " (e.g. " + example + ")");
-    }
-    if (*v > 100'000'000) return invalid_argument(key + ": '" + value + "' is too large");
+    auto v = whole_number(value, min, example);
+    if (!v) return invalid_argument(key + ": " + v.status().message());
     return static_cast<int>(*v);
   };
 
@@ -787,11 +811,8 @@ Result<std::vector<HostEntry>> parse_host_list(std::string_view list) {
     std::size_t colon = item.rfind(':');
     if (colon != std::string_view::npos && item.find(']', colon) == std::string_view::npos) {
       std::string_view n = item.substr(colon + 1);
-      auto v = to_whole(n);
-      if (!v || *v < 1 || *v > 100'000'000) {
-        return fail("'" + shown_name(item) + "': slots '" + std::string(n) +
-                    "' is not a whole number of at least 1 (e.g. node1:4)");
-      }
+      auto v = whole_number(n, 1, "node1:4");
+      if (!v) return fail("'" + shown_name(item) + "': slots " + v.status().message());
       slots = static_cast<int>(*v);
       item = item.substr(0, colon);
     }

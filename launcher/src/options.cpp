@@ -111,19 +111,9 @@ Status bad(std::string_view long_name, const std::string& what) {
 
 Result<long long> parse_whole(std::string_view name, const std::string& text, long long min,
                               const char* example) {
-  long long v = 0;
-  const char* b = text.data();
-  const char* e = b + text.size();
-  auto [p, ec] = std::from_chars(b, e, v);
-  if (text.empty() || ec != std::errc() || p != e) {
-    return bad(name, "'" + text + "' is not a whole number (e.g. " + example + ")");
-  }
-  if (v < min) {
-    return bad(name, "'" + text + "' must be at least " + std::to_string(min) + " (e.g. " + example +
-                         ")");
-  }
-  if (v > 100'000'000) return bad(name, "'" + text + "' is too large");
-  return v;
+  auto v = hostfiles::whole_number(text, min, example);
+  if (!v) return bad(name, v.status().message());
+  return *v;
 }
 
 // The longest --timeout and --kill-grace (accrun(1), --timeout and --kill-grace): past them the

@@ -270,7 +270,15 @@ TEST(OptionsLimits, TimesAreFiniteAndBounded) {
   EXPECT_DOUBLE_EQ(ok({"--timeout", "0.001", "p"}).timeout_s, 0.001);
   EXPECT_EQ(err({"--timeout", "1e-400", "p"}),
             "option '--timeout': '1e-400' is less than a millisecond (give 0 or at least 0.001)");
-  EXPECT_EQ(err({"--stdin", "4294967296", "p"}), "option '--stdin': '4294967296' is too large");
+  EXPECT_EQ(err({"--stdin", "4294967296", "p"}),
+            "option '--stdin': '4294967296' is too large (at most 100000000)");
+  // Past what a 64-bit number holds, and below the least: named as such,
+  // not as "not a whole number".
+  EXPECT_EQ(err({"-n", "18446744073709551616", "p"}),
+            "option '-n/--np': '18446744073709551616' is too large (at most 100000000)");
+  EXPECT_EQ(err({"--fanout", "-3", "p"}),
+            "option '--fanout': '-3' must be at least 1 (e.g. --fanout 32)");
+  EXPECT_EQ(err({"-n", "+3", "p"}), "option '-n/--np': '+3' is not a whole number (e.g. -n 4)");
   EXPECT_DOUBLE_EQ(ok({"--timeout", ".5", "p"}).timeout_s, 0.5);
   EXPECT_DOUBLE_EQ(ok({"--kill-grace", "2.", "p"}).kill_grace_s, 2);
   EXPECT_NE(err({"--kill-grace", "-inf", "p"}).find("is not a number of seconds"), std::string::npos);

@@ -96,4 +96,13 @@ Result<std::vector<std::pair<std::string, detect::Quantity>>> parse_resource_lis
 // Pure, thread-safe.
 std::optional<std::string> closest_match(std::string_view word, const std::vector<std::string>& candidates);
 
+// The largest count (slots, ranks, hosts, ...) a hostfile or option takes.
+inline constexpr long long kMaxCount = 100'000'000;
+// A whole number from `text` within [min, max], or what is wrong with it,
+// as the rest of a message ("'-1' must be at least 1 (e.g. 4)", "'2e9' is
+// not a whole number (e.g. 4)", "'99999999999999999999' is too large (at
+// most 100000000)").
+Result<long long> whole_number(std::string_view text, long long min, const char* example,
+                               long long max = kMaxCount);
+
 }  // namespace accrun::hostfiles
