@@ -64,5 +64,9 @@ int main(int argc, char** argv) {
   }
   if (opts->detect) return detect_main(*opts, environ);
   if (opts->dry_run) return dry_run_main(*opts, environ);
+  if (accrun::Status s = check_tmpdir(environ); !s) {
+    std::fprintf(stderr, "accrun: %s\n", s.message().c_str());
+    return 2;
+  }
   return launch_main(*opts, environ);
 }

@@ -7,14 +7,16 @@
 // value (mpirun's rule), or after `--`.
 #include "accrun/options.hpp"
 
-#include <boost/program_options.hpp>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <boost/program_options.hpp>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 #include <string_view>
 
@@ -270,6 +272,7 @@ Status translate(const po::error& e, const po::options_description& d) {
     std::string name = bare(s->get_option_name());
     switch (s->kind()) {
       case po::invalid_syntax::missing_parameter:
+      case po::invalid_syntax::empty_adjacent_parameter:
         return bad(name, "needs a value (see accrun --help)");
       case po::invalid_syntax::extra_parameter:
         return bad(name, "takes no value");
@@ -554,6 +557,22 @@ Status check_environment(char** envp) {
                                                  "' is not a number of seconds from 0.001 to below 86400 (e.g. 60)"));
       }
     }
+  }
+  return Status();
+}
+
+Status check_tmpdir(char** envp) {
+  for (char** e = envp; e != nullptr && *e != nullptr; ++e) {
+    if (std::strncmp(*e, "TMPDIR=", 7) != 0 || (*e)[7] == '\0') continue;
+    const std::string dir = *e + 7;
+    struct stat st;
+    if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return Status();
+    const std::string why =
+        ::stat(dir.c_str(), &st) != 0 ? std::strerror(errno) : "not a directory";
+    return printable_status(
+        invalid_argument("environment variable TMPDIR='" + dir + "': " + why +
+                         " (accrun makes each job's directory there; point TMPDIR at a "
+                         "directory, or unset it for /tmp); nothing was started"));
   }
   return Status();
 }

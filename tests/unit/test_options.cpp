@@ -164,6 +164,9 @@ TEST(Options, AMissingValueIsNotTakenFromTheNextOption) {
   EXPECT_EQ(ok({"--launch-agent=--weird", "-n", "1", "p"}).launch_agent, "--weird");
   EXPECT_EQ(ok({"--timeout", "3", "-n", "1", "p"}).timeout_s, 3);
   EXPECT_NE(err({"-n", "-1", "p"}).find("'-1' must be at least 1"), std::string::npos);
+  // An '=' with nothing after it is a missing value too.
+  EXPECT_EQ(err({"--np=", "p"}), "option '-n/--np': needs a value (see accrun --help)");
+  EXPECT_EQ(err({"--hostfile=", "p"}), "option '--hostfile': needs a value (see accrun --help)");
 }
 
 // mpirun's one-dash spellings of long options (-host, -npernode) read as a
@@ -178,6 +181,27 @@ TEST(Options, ALongOptionWithOneDashIsNamedAsTyped) {
   EXPECT_NE(err({"-hostfile=h", "p"}).find("did you mean '--hostfile'?"), std::string::npos);
   EXPECT_EQ(ok({"-np", "2", "p"}).np, 2);
   EXPECT_EQ(ok({"-n4", "p"}).np, 4);
+}
+
+// Each job's directory goes to $TMPDIR: one that is no directory is bad
+// input before anything starts, instead of the agent's "cannot create".
+TEST(Options, ATmpdirThatIsNoDirectoryIsBadInput) {
+  char missing[] = "TMPDIR=/nonexistent/accrun-test";
+  char file[] = "TMPDIR=/etc/passwd";
+  char fine[] = "TMPDIR=/tmp";
+  char empty[] = "TMPDIR=";
+  char* env1[] = {missing, nullptr};
+  Status s = check_tmpdir(env1);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(
+      s.message().find(
+          "environment variable TMPDIR='/nonexistent/accrun-test': No such file or directory"),
+      std::string::npos)
+      << s.message();
+  char* env2[] = {file, nullptr};
+  EXPECT_NE(check_tmpdir(env2).message().find("not a directory"), std::string::npos);
+  char* env3[] = {fine, empty, nullptr};
+  EXPECT_TRUE(check_tmpdir(env3).is_ok());
 }
 
 TEST(Options, BadValuesNameTheOption) {

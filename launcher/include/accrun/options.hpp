@@ -83,6 +83,10 @@ Result<Options> parse_options(int argc, const char* const* argv);
 // and ACCRUN_AGENT_TIMEOUT, when set, must hold what they take; a bad one
 // is bad input, named with what it takes.
 Status check_environment(char** envp);
+// A TMPDIR that is set must be a directory: each job's directory goes there
+// (a launch checks it before starting anything; --dry-run and --detect
+// make none).
+Status check_tmpdir(char** envp);
 
 // Open MPI's and its PMIx library's settings in accrun's environment
 // (OMPI_MCA_*, PMIX_MCA_*) reach every rank on every host, as under mpirun:
