@@ -108,6 +108,12 @@ TEST(PlannerHosts, NoHostOfTheTypeListsTheTypesThere) {
   e = eligible_hosts(s, {slots(host("a", 0), 1)});
   ASSERT_FALSE(e.is_ok());
   EXPECT_TRUE(has(e.status().message(), "the hosts have no accelerators of a known type")) << e.status().message();
+  // The hint asks for devices with the type: a type alone was what the
+  // user had given already.
+  EXPECT_TRUE(has(e.status().message(),
+                  "declare gpus=N with accelerator_type= in the hostfile, or give this host "
+                  "--num-gpus N with --host-accelerator-type"))
+      << e.status().message();
   // A host whose type names only the family cannot meet a variant.
   s.accelerator_type = "A100-80G";
   e = eligible_hosts(s, {slots(host("a", 1, "A100"), 1)});

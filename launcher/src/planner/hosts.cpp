@@ -24,8 +24,14 @@ Status no_host_of_type(const JobSpec& spec, const std::string& want,
                        const std::map<std::string, std::vector<std::string>>& types, bool family_only) {
   std::string msg = "--accelerator-type " + *spec.accelerator_type + ": no host has accelerators of type " + want;
   if (types.empty()) {
-    msg += "; the hosts have no accelerators of a known type (declare accelerator_type= in the hostfile "
-           "or --host-accelerator-type for this host)";
+    // (A type alone names no devices: a host declaring accelerator_type=
+    // without any, or this host given --host-accelerator-type without
+    // --num-gpus and without GPUs, still has none.)
+    msg +=
+        "; the hosts have no accelerators of a known type (a type names devices a host has: "
+        "declare "
+        "gpus=N with accelerator_type= in the hostfile, or give this host --num-gpus N with "
+        "--host-accelerator-type)";
   } else {
     msg += "; types here: ";
     bool first = true;
