@@ -3,15 +3,45 @@
 // plugins, so PCI devices carry locality only; names come from the XML's OS
 // devices where it has them.
 #include <hwloc.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <memory>
+#include <string>
 
 #include "internal.hpp"
 
 namespace accrun::detect::internal {
 namespace {
+
+// Where the XML topology came from, for messages.
+std::string xml_source(const DetectConfig& config) {
+  auto it = config.environment.find("HWLOC_XMLFILE");
+  return it != config.environment.end() && it->second == *config.topology_xml ? "HWLOC_XMLFILE"
+                                                                              : "--topology";
+}
+
+// The XML topology's file exists and is a readable file; else what it is.
+Status readable_xml(const DetectConfig& config) {
+  const std::string& path = *config.topology_xml;
+  struct stat st;
+  std::string why;
+  if (::stat(path.c_str(), &st) != 0) {
+    why = std::strerror(errno);
+  } else if (S_ISDIR(st.st_mode)) {
+    why = "it is a directory";
+  } else if (::access(path.c_str(), R_OK) != 0) {
+    why = std::strerror(errno);
+  }
+  if (why.empty()) return Status();
+  return invalid_argument("cannot read the hwloc XML topology '" + path + "' (" +
+                          xml_source(config) + "): " + why);
+}
 
 struct TopologyDeleter {
   void operator()(hwloc_topology_t t) const { hwloc_topology_destroy(t); }
@@ -50,9 +80,11 @@ Result<Topology> load_topology(const DetectConfig& config, bool with_io) {
   hwloc_topology_set_type_filter(raw, HWLOC_OBJ_MISC, HWLOC_TYPE_FILTER_KEEP_NONE);
   leave_out_cpuid_discovery(raw);
   if (config.topology_xml) {
+    if (Status s = readable_xml(config); !s) return s;
     if (hwloc_topology_set_xml(raw, config.topology_xml->c_str()) != 0) {
       return invalid_argument("cannot read the hwloc XML topology '" + *config.topology_xml +
-                              "' (hwloc 2.x XML expected; export it with lstopo --of xml)");
+                              "' (" + xml_source(config) +
+                              "; hwloc 2.x XML expected; export it with lstopo --of xml)");
     }
     out.from_xml = true;
     // Every PCI device of the file: its GPUs are the accelerators it describes.
@@ -68,8 +100,20 @@ Result<Topology> load_topology(const DetectConfig& config, bool with_io) {
   }
   if (hwloc_topology_load(raw) != 0) {
     if (config.topology_xml) {
-      return invalid_argument("cannot load the hwloc XML topology '" + *config.topology_xml +
-                              "' (hwloc 2.9 reads XML format 2.x, not 3.0)");
+      // hwloc says only that it failed: a 3.0 file is the one cause known
+      // by its look; else the file describes no machine hwloc accepts.
+      std::ifstream in(*config.topology_xml);
+      std::string head(4096, '\0');
+      in.read(head.data(), static_cast<std::streamsize>(head.size()));
+      head.resize(static_cast<std::size_t>(in.gcount()));
+      const bool v3 = head.find("version=\"3.") != std::string::npos;
+      return invalid_argument(
+          "cannot load the hwloc XML topology '" + *config.topology_xml + "' (" +
+          xml_source(config) + "): " +
+          (v3 ? std::string("hwloc 2.9 reads XML format 2.x, not 3.0")
+              : std::string("hwloc refused what it describes (a machine needs its "
+                            "processing units and NUMA nodes, with valid cpusets); "
+                            "export it again with lstopo --of xml")));
     }
     return system_error("hwloc_topology_load");
   }

@@ -3,8 +3,11 @@
 // restriction, logical overrides and labels.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 
 #include "accrun/detect.hpp"
 
@@ -404,6 +407,38 @@ TEST(DetectXml, TopologyFileAloneYieldsItsGpus) {
     EXPECT_EQ(*a.cpus, i < 2 ? "0-3" : "4-7");
     EXPECT_TRUE(a.uuid);
   }
+}
+
+// An XML topology that cannot be used says why, and where it came from:
+// before, a missing file or one hwloc refused read "hwloc 2.9 reads XML
+// format 2.x, not 3.0", which was true of neither.
+TEST(DetectXml, AnUnusableTopologyFileSaysWhy) {
+  char dir[] = "/tmp/accrun-xml-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string d = dir;
+  std::ofstream(d + "/empty.xml")
+      << "<?xml version=\"1.0\"?>\n<topology version=\"2.0\">\n</topology>\n";
+  std::ofstream(d + "/v3.xml")
+      << "<?xml version=\"1.0\"?>\n<topology version=\"3.0\">\n</topology>\n";
+  auto why = [&](const std::string& path, bool from_env) {
+    DetectConfig c = fixture("decoys", from_env ? Env{{"HWLOC_XMLFILE", path}} : Env{});
+    c.topology_xml = path;
+    auto r = detect_host(c);
+    EXPECT_FALSE(r.is_ok()) << path;
+    return r.is_ok() ? std::string() : r.status().message();
+  };
+  EXPECT_NE(why(d + "/none.xml", true).find("(HWLOC_XMLFILE): No such file or directory"),
+            std::string::npos)
+      << why(d + "/none.xml", true);
+  EXPECT_NE(why(d, false).find("(--topology): it is a directory"), std::string::npos)
+      << why(d, false);
+  const std::string refused = why(d + "/empty.xml", false);
+  EXPECT_NE(refused.find("hwloc refused what it describes"), std::string::npos) << refused;
+  EXPECT_EQ(refused.find("3.0"), std::string::npos) << refused;
+  EXPECT_NE(why(d + "/v3.xml", false).find("reads XML format 2.x, not 3.0"), std::string::npos);
+  std::remove((d + "/empty.xml").c_str());
+  std::remove((d + "/v3.xml").c_str());
+  ::rmdir(dir);
 }
 
 TEST(DetectXml, RealMachineTopologies) {
