@@ -72,7 +72,12 @@ std::optional<std::vector<NvmlGpu>> query_nvml(const std::string& library) {
   if (library.empty()) return std::nullopt;
   Library lib(library);
   if (!lib) {
-    log(LogLevel::kDebug, "NVML not loaded (%s): %s", library.c_str(), ::dlerror());
+    // The driver's library missing is a host without NVIDIA's driver; a
+    // path that does not load was chosen (ACCRUN_NVML_LIBRARY) and is said.
+    const bool chosen = library.find('/') != std::string::npos;
+    log(chosen ? LogLevel::kWarn : LogLevel::kDebug,
+        "NVML library %s not loaded (%s); NVIDIA GPUs are found through sysfs alone",
+        library.c_str(), ::dlerror());
     return std::nullopt;
   }
   using InitFn = nvmlReturn_t (*)();

@@ -557,6 +557,25 @@ TEST(DetectNvml, NamesUuidsAndTheNvlinkClique) {
 }
 
 // The clique labels the host while any GPU of it stays visible.
+// An NVML library named by path (ACCRUN_NVML_LIBRARY) that does not load
+// is said, once, at the default log level; the driver's own soname
+// missing (a host without NVIDIA's driver) is not.
+TEST(DetectNvml, AChosenLibraryThatDoesNotLoadIsSaid) {
+  DetectConfig c = fixture("nvidia-8xh100");
+  c.nvml_library = "/nonexistent/libnvidia-ml.so.1";
+  ::testing::internal::CaptureStderr();
+  Inventory inv = detect_ok(c);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("NVML library /nonexistent/libnvidia-ml.so.1 not loaded"), std::string::npos)
+      << err;
+  EXPECT_EQ(inv.accelerators.size(), 8u) << "sysfs still finds the GPUs";
+  c.nvml_library = "libnvidia-ml-absent.so.1";
+  ::testing::internal::CaptureStderr();
+  detect_ok(c);
+  err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find("NVML library"), std::string::npos) << err;
+}
+
 TEST(DetectNvml, CliqueNeedsAVisibleGpu) {
   FakeNvml nvml;
   ASSERT_TRUE(nvml.ok()) << ::dlerror();
