@@ -297,7 +297,13 @@ Result<std::shared_ptr<Group>> GroupManager::create(const std::string& name, int
       // other ranks are left than members are missing, the group can never
       // gather, and waiting for the init timeout only hides why.
       if (!first && peers_ != nullptr && opts_.job_size > 0) {
-        if (auto why = cannot_gather(keys, others, peers_->failures()); !why.empty()) {
+        // (Only more failed ranks than the job has to spare can leave too
+        // few: the members' records are looked up one by one only then.)
+        auto failed = peers_->failures();
+        const std::string why = static_cast<int>(failed.size()) > opts_.job_size - world_size
+                                    ? cannot_gather(keys, others, failed)
+                                    : std::string();
+        if (!why.empty()) {
           const std::string reason =
               label + " (epoch " + std::to_string(epoch) + "): " + why + before;
           close(p, encode_closed(Code::kRemote, reason));

@@ -34,6 +34,15 @@ std::optional<std::string> PeerTable::failure(int job_rank) const {
   return "rank " + std::to_string(job_rank) + where + " " + *p.failed;
 }
 
+std::optional<std::string> PeerTable::reported_failure(int job_rank) const {
+  {
+    std::lock_guard lock(mu_);
+    auto it = peers_.find(job_rank);
+    if (it == peers_.end() || !it->second.failed) return std::nullopt;
+  }
+  return failure(job_rank);
+}
+
 std::map<int, std::string> PeerTable::failures() const {
   std::map<int, std::string> out;
   {

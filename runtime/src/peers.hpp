@@ -25,6 +25,7 @@ class PeerTable final : public collectives::PeerMonitor {
   void note_member(int job_rank, const std::string& host, long pid);
   // PeerMonitor: "rank 3 on host n1 exited with status 1", or nothing.
   std::optional<std::string> failure(int job_rank) const override;
+  std::optional<std::string> reported_failure(int job_rank) const override;
   // Every rank reported failed, with failure()'s text.
   std::map<int, std::string> failures() const;
 

@@ -521,29 +521,41 @@ TEST(PlannerEnvironment, ThreadsAndExports) {
   EXPECT_EQ(var(e, "MASTER_PORT"), "1234") << "the rendezvous is the user's to set";
 }
 
-// An -x of a variable accrun sets for each rank would undo the plan
-// (-x ACCRUN_RANK=5 gave every rank 5; -x CUDA_VISIBLE_DEVICES gave a
-// one-GPU rank the inherited three): it is bad input.  Where the plan
-// sets no device variable, the user's passes.
-TEST(PlannerEnvironment, AnExportOfAVariableAccrunSetsPerRankIsRefused) {
+// An -x that would change a variable accrun sets for each rank would undo
+// the plan (-x ACCRUN_RANK=5 gave every rank 5; -x CUDA_VISIBLE_DEVICES
+// gave a one-GPU rank the inherited three): it is bad input.  The same
+// value passes, and so does a bare -x of a variable accrun does not have;
+// where the plan sets no device variable, the user's passes.
+TEST(PlannerEnvironment, AnExportThatWouldChangeAVariableAccrunSetsPerRankIsRefused) {
   JobSpec s = spec_of(2, {{"GPU", q("1")}});
   s.inherited = {{"CUDA_VISIBLE_DEVICES", "2,5,7"}};
   std::vector<Candidate> c;
   std::vector<HostSlots> hosts = {slots(host("a", 8), 2)};
   Plan p = numbered(s, hosts, c);
   assign_devices(c[0], p.ranks);
-  for (const char* name :
-       {"ACCRUN_RANK", "RANK", "WORLD_SIZE", "CUDA_VISIBLE_DEVICES", "ACCRUN_GPU_IDS"}) {
-    s.exports = {{name, std::nullopt}};
+  auto rank0 = [&](std::vector<std::pair<std::string, std::optional<std::string>>> exports) {
+    s.exports = std::move(exports);
     RankEnvironment env(s, hosts[0], c[0], 0, false, "head", p.ranks);
-    auto e = env.for_rank(0, p.ranks[0], 0);
+    return env.for_rank(0, p.ranks[0], 0);
+  };
+  for (auto [name, value] : std::vector<std::pair<std::string, std::optional<std::string>>>{
+           {"ACCRUN_RANK", "5"},
+           {"RANK", "1"},
+           {"WORLD_SIZE", "9"},
+           {"CUDA_VISIBLE_DEVICES", std::nullopt},
+           {"ACCRUN_GPU_IDS", "3"}}) {
+    auto e = rank0({{name, value}});
     ASSERT_FALSE(e.is_ok()) << name;
     EXPECT_EQ(e.status().code(), Code::kInvalidArgument);
-    EXPECT_NE(e.status().message().find(std::string("option '-x': ") + name +
-                                        " is set by accrun for each rank"),
+    EXPECT_NE(e.status().message().find("option '-x': " + name +
+                                        " is set by accrun for each rank (here rank 0 gets " +
+                                        name + "="),
               std::string::npos)
         << e.status().message();
   }
+  auto same = rank0({{"WORLD_SIZE", "2"}, {"ACCRUN_RANK", "0"}, {"UNSET_HERE", std::nullopt}});
+  ASSERT_TRUE(same.is_ok()) << same.status().message();
+  EXPECT_EQ(var(*same, "UNSET_HERE"), "<unset>");
   JobSpec none = spec_of(1);
   none.inherited = {{"CUDA_VISIBLE_DEVICES", "2,5,7"}};
   none.exports = {{"CUDA_VISIBLE_DEVICES", std::nullopt}};

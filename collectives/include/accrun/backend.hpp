@@ -72,6 +72,12 @@ class PeerMonitor {
   // A description such as "rank 3 on host n1 exited with status 1", or
   // nothing while the rank is not known to have failed.  Thread-safe.
   virtual std::optional<std::string> failure(int job_rank) const = 0;
+  // Only what the job reported (a failed rank, a lost host): never that a
+  // process of this host is gone, which a member that finished and exited
+  // normally also is.  For members a call does not wait on.
+  virtual std::optional<std::string> reported_failure(int job_rank) const {
+    return failure(job_rank);
+  }
 };
 
 // Everything a backend needs to bind to one incarnation of a group.

@@ -389,7 +389,8 @@ Status FabricTransport::wait_for(Ready ready, int peer, const Wait& w, const cha
       if (w.watch_members && peers_ != nullptr) {
         for (std::size_t q = 0; q < members_.size(); ++q) {
           if (static_cast<int>(q) == peer || static_cast<int>(q) == rank_) continue;
-          if (auto f = peers_->failure(members_[q].job_rank)) {
+          if (auto f = peers_->reported_failure(
+                  members_[q].job_rank)) {  // (a member that exited normally: none)
             for (int i = 0; i < 16 && !ready(); ++i) progress();
             if (ready()) return Status::ok();
             return remote_error("group '" + group_ + "': " + w.op + ": " +

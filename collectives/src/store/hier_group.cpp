@@ -901,9 +901,14 @@ Status HierGroup::group_end() {
   if (depth_ == 0) todo.swap(pending_);
   Status first = local_->group_end();
   op_ = "recv";
+  // One deadline for them all: past it each takes what is there and fails
+  // at once, not one timeout after another.
+  std::size_t most = 0;
+  for (const PendingRecv& r : todo) most = std::max(most, r.bytes);
+  const Wait w = p2p_wait_spec(most);
   for (const PendingRecv& r : todo) {
     std::size_t got = 0;
-    Status s = links_->recv(r.peer, HostLinks::kP2p, r.buf, r.bytes, &got, p2p_wait_spec(r.bytes));
+    Status s = links_->recv(r.peer, HostLinks::kP2p, r.buf, r.bytes, &got, w);
     if (first && !s) first = s;
   }
   return first;

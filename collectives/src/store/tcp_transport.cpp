@@ -667,7 +667,12 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
       if ((peer >= 0 || watch_all) && peers_ != nullptr) {
         for (std::size_t q = 0; q < members_.size(); ++q) {
           if (static_cast<int>(q) != peer && (!watch_all || static_cast<int>(q) == rank_)) continue;
-          if (auto f = peers_->failure(members_[q].job_rank)) {
+          // The awaited peer: also a process of this host that is gone.
+          // Any other member: only a failure the job reported (one that
+          // finished its part and exited normally is no failure).
+          const int job_rank = members_[q].job_rank;
+          if (auto f = static_cast<int>(q) == peer ? peers_->failure(job_rank)
+                                                   : peers_->reported_failure(job_rank)) {
             // What it sent before it went may already be here: read
             // what the sockets hold before calling it lost.
             for (int i = 0; i < 16 && !ready(); ++i) progress(0);

@@ -661,8 +661,10 @@ std::set<int> Controller::participants(const std::string& signature) const {
 
 bool Controller::lost_participant(const std::string& signature) const {
   if (lost_.empty() || along_tree(signature)) return false;
+  // (A lost host whose ranks in the fence were all gone before took no
+  // part in its rounds any more: they go on without it.)
   for (int a : participants(signature))
-    if (lost_.count(a) != 0) return true;
+    if (lost_.count(a) != 0 && !gone_from(a, signature)) return true;
   return false;
 }
 
@@ -734,7 +736,8 @@ void Controller::fence_failed(int agent, const std::string& signature, const std
 
 std::string Controller::lost_why(const std::string& signature) const {
   for (int a : participants(signature))
-    if (lost_.count(a) != 0) return "host " + entries_[static_cast<size_t>(a)].name + " was lost";
+    if (lost_.count(a) != 0 && !gone_from(a, signature))
+      return "host " + entries_[static_cast<size_t>(a)].name + " was lost";
   return "a host of the fence was lost";
 }
 
@@ -1044,7 +1047,9 @@ void Controller::on_frame(int agent, const wire::Frame& f) {
         size_t k = contributed_[{a, sig}]++;
         if (k < base) {  // its round ended already: failed (a participant's host was lost) or went
                          // on without it
-          fence_failed(a, sig, "the round ended without this host's part");
+          fence_failed(
+              a, sig,
+              lost_participant(sig) ? lost_why(sig) : "the round ended without this host's part");
           continue;
         }
         while (q.size() <= k - base) q.emplace_back();

@@ -130,18 +130,19 @@ Result<Env> RankEnvironment::for_rank(int local_rank, const RankPlan& rank, int 
     if (n > 0) env.emplace("OMP_NUM_THREADS", std::to_string(n));
   }
   for (const auto& [name, value] : spec_.exports) {
-    if (env.count(name) != 0 && name != "MASTER_ADDR" && name != "MASTER_PORT" &&
-        name != "OMP_NUM_THREADS" && name != "TPU_MESH_CONTROLLER_PORT") {
+    const std::string* given = value ? &*value : nullptr;
+    if (auto it = spec_.inherited.find(name); !given && it != spec_.inherited.end())
+      given = &it->second;
+    if (given == nullptr) continue;  // -x NAME of a variable accrun does not have: nothing to pass
+    auto mine = env.find(name);
+    if (mine != env.end() && mine->second != *given && name != "MASTER_ADDR" &&
+        name != "MASTER_PORT" && name != "OMP_NUM_THREADS") {
       return invalid_argument("option '-x': " + name +
                               " is set by accrun for each rank (here rank " +
-                              std::to_string(rank.rank) + " gets " + name + "=" + env.at(name) +
-                              "); -x would undo that, so remove -x " + name);
+                              std::to_string(rank.rank) + " gets " + name + "=" + mine->second +
+                              ", not " + *given + "); -x would undo that, so remove -x " + name);
     }
-    if (value) {
-      env[name] = *value;
-    } else if (auto it = spec_.inherited.find(name); it != spec_.inherited.end()) {
-      env[name] = it->second;
-    }
+    env[name] = *given;
   }
   return env;
 }

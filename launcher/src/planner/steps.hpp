@@ -173,10 +173,10 @@ class RankEnvironment {
                   const std::vector<RankPlan>& ranks);
 
   // The environment of the host's rank at `local_rank`, with `cores` cores.
-  // Refuses an -x of a variable accrun sets for the rank (its identity, its
-  // devices' ids and visibility), which would undo the plan; MASTER_ADDR,
-  // MASTER_PORT, OMP_NUM_THREADS and TPU_MESH_CONTROLLER_PORT are the
-  // user's to set.
+  // Refuses an -x that would change a variable accrun sets for the rank
+  // (its identity, its devices' ids and visibility) to another value,
+  // which would undo the plan; the same value passes, and MASTER_ADDR,
+  // MASTER_PORT and OMP_NUM_THREADS are the user's to set.
   Result<Env> for_rank(int local_rank, const RankPlan& rank, int cores) const;
 
  private:

@@ -155,7 +155,10 @@ void PmiJobSpace::poison_with(const std::string& why) {
 }
 
 void PmiJobSpace::tell_other_hosts() {
-  if (!poisoned_ || told_ || routed_ || !events_ || !events_->fence_router) return;
+  // (Also while this host's part of a round is with the router: the
+  // reason is the host's part of the next round, and the host's ranks may
+  // all be gone, with nobody here to send it, before that round's answer.)
+  if (!poisoned_ || told_ || !events_ || !events_->fence_router) return;
   told_ = true;
   pending_.clear();
   events_->fence_router(kFenceSignature, encode({{"", *poisoned_}}), [](bool, std::string) {});

@@ -75,9 +75,8 @@ class PmiJobSpace final : public PmiHost {
   void answered(bool ok, const std::string& all);
   void complete(bool ok, const std::string& why);
   void poison_with(const std::string& why);
-  // Sends this host's failure as its part of the next round, unless a
-  // round is with the router (it is sent once that one is answered) or
-  // the hosts know of a failure already.
+  // Sends this host's failure as its part of the next round (after a round
+  // with the router, if one is), unless the hosts know of a failure already.
   void tell_other_hosts();
 
   int local_ranks_;
