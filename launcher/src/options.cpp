@@ -190,18 +190,29 @@ bool valid_variable_name(std::string_view v) {
 // a short option with a value.
 Status split_command(int argc, const char* const* argv, const po::options_description& d,
                      std::vector<std::string>& option_words, std::vector<std::string>& command) {
+  // The option named `key` (without dashes, or a short "-n"), if any.
+  // Boost's lookup throws where a name matches several (an empty one): no
+  // option, then, for the parser proper to refuse in its own words.
+  auto find = [&](const std::string& key) -> const po::option_description* {
+    if (key.empty() || key == "-") return nullptr;
+    try {
+      return d.find_nothrow(key, false);
+    } catch (const po::error&) {
+      return nullptr;
+    }
+  };
   auto takes_value = [&](const std::string& key) {
-    const po::option_description* od = d.find_nothrow(key, false);
+    const po::option_description* od = find(key);
     return od != nullptr && od->semantic()->max_tokens() > 0;
   };
   auto known_long = [&](const std::string& word) {
-    return word.size() > 2 && d.find_nothrow(word.substr(2, word.find('=') - 2), false) != nullptr;
+    return word.size() > 2 && find(word.substr(2, word.find('=') - 2)) != nullptr;
   };
   auto is_option = [&](const std::string& word) {
     if (word == "-np" || word.compare(0, 4, "-np=") == 0) return true;
     if (word.compare(0, 2, "--") == 0) return known_long(word);
     // A short option alone (-n); "-nan" and "-1" are values.
-    return word.size() == 2 && word[0] == '-' && d.find_nothrow(word, false) != nullptr;
+    return word.size() == 2 && word[0] == '-' && find(word) != nullptr;
   };
   // The value of option word `i`, unless it is missing.
   auto value_of = [&](int& i, const std::string& option) -> Status {

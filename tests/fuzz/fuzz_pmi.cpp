@@ -12,7 +12,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace accrun::launcher::pmi;
-  PmiJobInfo info{"accrun.fuzz", 2, 2, 0, "(vector,(0,1,2))"};
+  PmiJobInfo info{"accrun.fuzz", 2, 2, 0, "(vector,(0,1,2))", ""};
   PmiEvents events;
   PmiJobSpace space(2, &events);
   size_t replied = 0;

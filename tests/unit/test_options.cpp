@@ -179,6 +179,10 @@ TEST(Options, ALongOptionWithOneDashIsNamedAsTyped) {
             "unknown option '-npernode' (did you mean '--npernode'? accrun's long options take two "
             "dashes)");
   EXPECT_NE(err({"-hostfile=h", "p"}).find("did you mean '--hostfile'?"), std::string::npos);
+  // Names that match no option or every one (empty): refused, not thrown
+  // out of the parser (the fuzzer's find: "-=\xf5pne" aborted accrun).
+  EXPECT_NE(err({"-=\xf5pne", "p"}).find("unknown option"), std::string::npos);
+  EXPECT_NE(err({"-x", "--=", "p"}).find("option '-x': needs a value"), std::string::npos);
   EXPECT_EQ(ok({"-np", "2", "p"}).np, 2);
   EXPECT_EQ(ok({"-n4", "p"}).np, 4);
 }
