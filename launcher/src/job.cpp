@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <fstream>
 #include <map>
 
 #include "accrun/commands.hpp"
 #include "accrun/hostfile.hpp"
+#include "planner/steps.hpp"
 
 namespace accrun::launcher {
 
@@ -154,7 +157,32 @@ Result<Plan> build_plan(const Options& options, char** envp, int master_port,
   spec.exports = options.exports;
   spec.inherited = config.environment;
   spec.master_port = master_port;
+  if (Status s = plan_fits_in_memory(spec, available_memory()); !s) return s;
   return plan(spec, hosts);
+}
+
+std::optional<unsigned long long> available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  unsigned long long kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return std::nullopt;
+}
+
+Status plan_fits_in_memory(const JobSpec& spec, std::optional<unsigned long long> available) {
+  const unsigned long long need = static_cast<unsigned long long>(spec.np) * kPlanBytesPerRank;
+  if (!available || need <= *available) return Status();
+  auto gib = [](unsigned long long b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / (1ULL << 30));
+    return std::string(buf);
+  };
+  return invalid_argument(planner::ranks_asked(spec) + " would take about " + gib(need) +
+                          " to plan (about " + std::to_string(kPlanBytesPerRank >> 10) +
+                          " KiB a rank), more than the " + gib(*available) +
+                          " this host has available; ask for fewer ranks");
 }
 
 }  // namespace accrun::launcher

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "accrun/detect.hpp"
@@ -60,5 +61,15 @@ detect::DetectConfig detect_config(const Options& options, char** envp);
 // by the name the hostfile gives them; those hosts are planned from it.
 Result<Plan> build_plan(const Options& options, char** envp, int master_port,
                         const std::map<std::string, detect::Inventory>* detected = nullptr);
+
+// What planning takes per rank, about (its environment and places: 4 KiB
+// measured, 5.5 KiB with --json).
+inline constexpr unsigned long long kPlanBytesPerRank = 6 << 10;
+// This host's MemAvailable (/proc/meminfo), if it can be read.
+std::optional<unsigned long long> available_memory();
+// Bad input when planning spec.np ranks would take more memory than is
+// `available` (unknown: no check): a clear refusal instead of the OOM
+// killer.  build_plan() checks it before planning.
+Status plan_fits_in_memory(const JobSpec& spec, std::optional<unsigned long long> available);
 
 }  // namespace accrun::launcher
