@@ -316,7 +316,7 @@ took=$(elapsed "$t0")
 if awk -v t="$took" 'BEGIN{exit !(t <= 10)}'; then ok "and the job ends in $took s"; else bad "the job took $took s" "$out"; fi
 nothing_left "a host lost from a chain under --on-failure continue" "accrun --daemon"
 ends "h3's link down" 5 'ip link set vt-h3 down'
-ip link set vt-h3 up
+link_up h3
 check "the silent host is named" "host h3: no word from its agent" "$(cat "$state/scratch/end.out")"
 # a host whose link went down cleans up after itself
 nothing_left "h3 after its link came back" "accrun --daemon"
@@ -339,7 +339,7 @@ took=$(elapsed "$t0")
 # once the controller's host has acknowledged none of its beats for 5 s.
 for _ in $(seq 100); do [ "$("$tb" hx h3 pgrep -c -f -- "accrun --daemon")" = 0 ] && break; sleep 0.1; done
 check "h3's agent leaves while its link is still down" "^0$" "$("$tb" hx h3 pgrep -c -f -- "accrun --daemon")"
-ip link set vt-h3 up
+link_up h3
 if [ "$rc" != 0 ] && awk -v t="$took" 'BEGIN{exit !(t <= 14)}'; then ok "h3's link down during the start: ended in $took s (exit $rc)"
 else bad "h3's link down during the start: took $took s (exit $rc)" "$(cat "$state/scratch/start.out")"; fi
 check "the unreachable host is named" "host h3: acknowledged nothing accrun sent it for 5 s" "$(cat "$state/scratch/start.out")"

@@ -67,7 +67,7 @@ ip link set vt-h3 down
 wait $job
 rc=$?
 t1=$(date +%s.%N)
-ip link set vt-h3 up
+link_up h3
 took=$(awk -v a="$t0" -v b="$(cat "$state/scratch/node.end" 2>/dev/null || echo "$t1")" 'BEGIN{printf "%.1f", b - a}')
 all=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b - a}')
 awk -v t="$took" 'BEGIN{exit !(t <= 5)}' && [ "$rc" != 0 ] && ok "a node's link down: accrun ended in $took s (exit $rc)" ||

@@ -137,12 +137,12 @@ survivors_fail() {  # survivors_fail NAME ACTION [TRANSPORT]
 }
 survivors_fail "kill -9 of a member on h2 mid-allreduce" '"$tb" hx h2 pkill -9 -f "runtime_probe loop"'
 survivors_fail "h2's link down mid-allreduce" 'ip link set vt-h2 down'
-ip link set vt-h2 up
+link_up h2
 if [[ $transports == *libfabric* ]]; then
   sleep 1
   survivors_fail "libfabric: kill -9 of a member on h2 mid-allreduce" '"$tb" hx h2 pkill -9 -f "runtime_probe loop"' libfabric
   survivors_fail "libfabric: h2's link down mid-allreduce" 'ip link set vt-h2 down' libfabric
-  ip link set vt-h2 up
+  link_up h2
 fi
 nothing_left "store across hosts" "$probe"
 exit $fail
