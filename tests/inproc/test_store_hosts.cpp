@@ -828,7 +828,8 @@ TEST_P(StoreHosts, MembersThatDisagreeOnARootOrCountFailEveryMemberWithTheSameCo
 // leader takes itself for the root's, sends, and receives nothing, so the
 // broadcast cannot fail in the call.  The next call finds the other host's
 // data and says that the members disagreed on the root, naming both (it
-// said they made another number of collective calls).  Small (a tree of
+// said they made another number of collective calls); the other host's
+// members may meet that leader's closed connection first.  Small (a tree of
 // leaders) and large (a chain).  Over libfabric a leader's send may wait
 // for its receipt, so there the broadcast itself may fail, at the timeout.
 TEST_P(StoreHosts, MembersThatEachNameARootOnTheirOwnHostAreToldAtTheNextCall) {
@@ -844,7 +845,10 @@ TEST_P(StoreHosts, MembersThatEachNameARootOnTheirOwnHostAreToldAtTheNextCall) {
             if (s.is_ok()) return;
             ++failed;
             if (receipts && s.code() == Code::kTimeout) return;
-            EXPECT_EQ(s.code(), Code::kInvalidUsage) << s.message();
+            // The leader that finds it first names both roots; the other
+            // host may meet that leader's closed connection first.
+            EXPECT_TRUE(s.code() == Code::kInvalidUsage || s.code() == Code::kRemote)
+                << s.message();
             if (s.message().find("disagree on a broadcast's root") != std::string::npos) {
               ++told;
               EXPECT_NE(s.message().find("broadcast of " + std::to_string(count) + " int32 root 0"),
@@ -857,7 +861,7 @@ TEST_P(StoreHosts, MembersThatEachNameARootOnTheirOwnHostAreToldAtTheNextCall) {
           });
     EXPECT_EQ(failed.load(), 4) << count;
     if (!receipts) {
-      EXPECT_GE(told.load(), 2) << count << ": both leaders, at least";
+      EXPECT_GE(told.load(), 1) << count << ": the leader that found it, at least";
     }
   }
 }
