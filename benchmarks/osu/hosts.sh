@@ -3,8 +3,8 @@
 # hosts against Open MPI's own collectives over its tcp BTL (raw-mpi) in the
 # same launch, and the store's large sends against one raw TCP stream
 # between the same two hosts.  Brings the test bed up if it is not (root).
-#   2 hosts x 1 rank and 4 hosts x 2 ranks (8 B .. 4 MiB; 4 x 2 with fewer
-#   iterations, both libraries told the 8 ranks oversubscribe this
+#   2 hosts x 1 rank and 4 hosts x 2 ranks (8 B .. 4 MiB; on 4 x 2
+#   both libraries told the 8 ranks oversubscribe this
 #   machine's 2 CPUs): osu_allreduce,
 #   osu_bcast, osu_allgather --backend store,raw-mpi (each table ends with a
 #   ratio table, store / raw-mpi, per size; each runs in LAUNCHES launches,
@@ -41,8 +41,9 @@ mpi=(-x OMPI_ALLOW_RUN_AS_ROOT=1 -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 -x OMPI_MCA
 # in the store and Open MPI alike.  With one rank per host, each rank is
 # pinned to a CPU of its own, as two real hosts would give it.
 pin=(sh -c 'exec taskset -c "$ACCRUN_RANK" "$@"' pin)
-# 8 ranks on the test bed's 2 CPUs are 4x oversubscribed: fewer iterations
-# there, unpinned, and both libraries are told so.  Each host gets one slot
+# 8 ranks on the test bed's 2 CPUs are 4x oversubscribed: unpinned there,
+# and both libraries are told so (1,000 iterations as on 2 x 1: with 100, a
+# small size's calls lasted a few scheduler slices, benchmarks/README.md).  Each host gets one slot
 # and --oversubscribe places 2 ranks on each (accrun then sets
 # ACCRUN_OVERSUBSCRIBED=1: the store yields instead of spinning and keeps
 # its broadcast off the path that waits for every reader of a host at once),
@@ -79,7 +80,7 @@ launched() {
   fi
   rm -f "$runs"/launch.* "$runs"/ratio.*
 }
-for layout in "2 h1:1,h2:1 -i 1000 8:4194304" "8 h1:1,h2:1,h3:1,h4:1 -i 100 8:4194304"; do
+for layout in "2 h1:1,h2:1 -i 1000 8:4194304" "8 h1:1,h2:1,h3:1,h4:1 -i 1000 8:4194304"; do
   set -- $layout
   wrap=()
   extra=("${over[@]}")
@@ -105,11 +106,15 @@ fi
 # launch, so each runs in three launches, alternating, and the tables give
 # each size's median over them (each launch's own figure being a median of
 # rounds); the launches' spread is the test bed's, which drifts from one
-# launch to the next.  Then the ratio gloo / store per size.
+# launch to the next.  Then the ratio gloo / store per size.  gloo runs
+# fewer iterations (200 on 2 x 1, 20 on 4 x 2): its calls take 0.5-2 ms
+# here, each handing the work from the caller to gloo's threads and back
+# (on this VM one wake-up of a thread on the other CPU and back takes about
+# 40 us), so 200 of them last longer than the store's 1,000.
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 if "$py" -c "import torch" 2>/dev/null; then
-  for layout in "2 h1:1,h2:1 1000 8:4194304 1000" "8 h1:1,h2:1,h3:1,h4:1 20 8:4194304 100"; do
+  for layout in "2 h1:1,h2:1 200 8:4194304 1000" "8 h1:1,h2:1,h3:1,h4:1 20 8:4194304 1000"; do
     set -- $layout
     wrap=()
     extra=(--oversubscribe)

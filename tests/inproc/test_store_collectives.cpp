@@ -345,7 +345,7 @@ TEST(StoreLanes, AllreduceEveryDtypeOpInPlaceAndNot) {
   }
 }
 
-// Large allgathers in lanes: each member swaps its block with its lane on
+// Allgathers in lanes (a whole above 16 KiB): each member swaps its block with its lane on
 // the other hosts, then reads the other lanes' blocks from the members of
 // its host.  Every dtype, in place and not, ranks of a host consecutive or
 // not, 2 and 3 lanes, 2 and 4 hosts; told the hosts are oversubscribed
@@ -359,19 +359,27 @@ TEST(StoreLanes, AllgatherEveryDtypeInPlaceAndNot) {
     GroupSpec g = on_hosts(spec("lanes-ag", p), hosts);
     g.oversubscribed = over;
     w.run(g, [&](int r, Backend& b) {
-      for (DType dt : kAllDTypes)
-        for (bool in_place : {false, true}) {
-          const std::size_t n = (96u << 10) / dtype_size(dt) / static_cast<std::size_t>(p) + 5;  // per rank
-          auto value = [](int q, std::size_t i) { return double((q * 31 + static_cast<long>(i)) % 100); };
-          auto want = make_buffer(dt, n * p, [&](std::size_t i) { return value(static_cast<int>(i / n), i % n); });
-          auto mine = make_buffer(dt, n, [&](std::size_t i) { return value(r, i); });
-          std::vector<char> out(want.size(), 0);
-          if (in_place) std::memcpy(out.data() + r * n * dtype_size(dt), mine.data(), n * dtype_size(dt));
-          Status s = b.allgather(in_place ? out.data() + r * n * dtype_size(dt) : mine.data(), out.data(), n, dt, nullptr);
-          ASSERT_TRUE(s.is_ok()) << hosts << " rank " << r << ": " << s.message();
-          ASSERT_EQ(0, std::memcmp(out.data(), want.data(), n * p * dtype_size(dt)))
-              << hosts << " rank " << r << ": allgather " << dtype_name(dt) << (in_place ? " in place" : "");
-        }
+      for (std::size_t whole : {std::size_t{20} << 10, std::size_t{96} << 10})  // lanes from 16 KiB
+        for (DType dt : kAllDTypes)
+          for (bool in_place : {false, true}) {
+            const std::size_t n =
+                whole / dtype_size(dt) / static_cast<std::size_t>(p) + 5;  // per rank
+            auto value = [](int q, std::size_t i) {
+              return double((q * 31 + static_cast<long>(i)) % 100);
+            };
+            auto want = make_buffer(
+                dt, n * p, [&](std::size_t i) { return value(static_cast<int>(i / n), i % n); });
+            auto mine = make_buffer(dt, n, [&](std::size_t i) { return value(r, i); });
+            std::vector<char> out(want.size(), 0);
+            if (in_place)
+              std::memcpy(out.data() + r * n * dtype_size(dt), mine.data(), n * dtype_size(dt));
+            Status s = b.allgather(in_place ? out.data() + r * n * dtype_size(dt) : mine.data(),
+                                   out.data(), n, dt, nullptr);
+            ASSERT_TRUE(s.is_ok()) << hosts << " rank " << r << ": " << s.message();
+            ASSERT_EQ(0, std::memcmp(out.data(), want.data(), n * p * dtype_size(dt)))
+                << hosts << " rank " << r << ": allgather " << dtype_name(dt)
+                << (in_place ? " in place" : "");
+          }
     });
   }
 }

@@ -724,7 +724,7 @@ Status HierGroup::allgather(const void* send, void* recv, std::size_t n, DType d
   char* out = static_cast<char*>(recv);
   // In place (send == recv): this member's part is already at its block.
   const char* part = send == recv ? out + static_cast<std::size_t>(rank_) * blk : static_cast<const char*>(send);
-  if (lanes_ > 1 && static_cast<std::size_t>(size_) * blk > kLanesMinBytes) {
+  if (lanes_ > 1 && static_cast<std::size_t>(size_) * blk > kLanesAllgatherMinBytes) {
     // In lanes: each member swaps its own block with its lane's members on
     // the other hosts, straight into `recv`, then the members of a host read
     // each other's lanes' blocks.

@@ -8,10 +8,9 @@
 //   allreduce      local reduce to the leader; leaders exchange every
 //                  leader's vector and reduce in host order (while each
 //                  leader sends at most kSmallBytes; between a power of two
-//                  hosts above 2, recursive doubling instead), or reduce-scatter + allgather: recursive
-//                  halving and doubling for a power of two hosts (more than
-//                  2), else a ring; local broadcast.
-//                  In lanes, from kLanesMinBytes, where every host has the
+//                  hosts above 2, recursive doubling instead), or reduce-scatter + allgather:
+//                  recursive halving and doubling for a power of two hosts (more than 2), else a
+//                  ring; local broadcast. In lanes, from kLanesMinBytes, where every host has the
 //                  same number of members and all of them can read each
 //                  other's memory (agreed at set-up): each member reduces
 //                  its slice of the host's vectors, the members with the same
@@ -39,7 +38,7 @@
 //                  recursive doubling between a power of two hosts above 2
 //                  while the whole is at most kSmallBytes / 4); local
 //                  broadcast of the whole.  In lanes (as allreduce) where the
-//                  whole exceeds kLanesMinBytes: each member swaps its block
+//                  whole exceeds kLanesAllgatherMinBytes: each member swaps its block
 //                  with its lane on the other hosts, then the members of a
 //                  host read each other's lanes' blocks
 //   reducescatter  allreduce of the whole, then each keeps its block
@@ -78,6 +77,12 @@ class HierGroup final : public Backend {
   // each other's memory, each host with the same number of members, runs in
   // lanes (see the top of the file).
   static constexpr std::size_t kLanesMinBytes = 64 * 1024;
+  // An allgather runs in lanes where the whole exceeds this.  Each member
+  // then sends only its own block between the hosts, instead of its leader
+  // sending the host's: on the test bed, 2 x 2 and 4 x 2, lanes were faster
+  // from a whole of 32 KiB up (at 64 KiB, 2 x 2: 0.58 of the leaders'
+  // exchange) and slower at 16 KiB (benchmarks/README.md).
+  static constexpr std::size_t kLanesAllgatherMinBytes = 16 * 1024;
 
   HierGroup(const GroupContext& ctx, const Tuning& t);
   ~HierGroup() override;
