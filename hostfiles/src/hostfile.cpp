@@ -338,9 +338,12 @@ void apply_instance_type(HostEntry& e) {
   if (t == nullptr) return;  // refused by apply_field
   const bool has = std::any_of(e.resources.begin(), e.resources.end(),
                                [&](const auto& r) { return r.first == t->resource; });
-  // Not gpus=: that is a claim checked against an agent's detection, while
-  // the table only stands in until detection has looked.
-  if (!has) e.resources.emplace_back(t->resource, detect::Quantity::whole(t->count));
+  // Not a claim, as gpus=, resources= and NAME= are (checked against what
+  // detection finds): the table only stands in until detection has looked.
+  if (!has) {
+    e.resources.emplace_back(t->resource, detect::Quantity::whole(t->count));
+    e.instance_resource = t->resource;
+  }
   if (!e.accelerator_type) e.accelerator_type = t->type;
 }
 

@@ -1,4 +1,6 @@
 // accrun --dry-run [--json]: the plan, and nothing started.
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -8,6 +10,7 @@
 #include "accrun/object_wire.hpp"
 #include "agent/spawn.hpp"
 #include "controller/job_controller.hpp"
+#include "controller/output_queue.hpp"
 
 namespace accrun::launcher {
 
@@ -43,6 +46,11 @@ void add_launch_time_env(Plan& plan, MpiMode mpi) {
 }  // namespace
 
 int print_to_stdout(const std::string& text, const char* what) {
+  // (A standard output closed at start has /dev/null in its place.)
+  if (OutputQueue::was_closed_at_start(STDOUT_FILENO)) {
+    std::fprintf(stderr, "accrun: writing %s: standard output is closed\n", what);
+    return 1;
+  }
   if (std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0) return 0;
   std::fprintf(stderr, "accrun: writing %s: %s\n", what, std::strerror(errno));
   return 1;

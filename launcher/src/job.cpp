@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -48,17 +49,30 @@ int default_slots(const detect::Inventory& inv) {
   return most;
 }
 
-// A hostfile entry's gpus= beyond what the host was found to have is an
-// error naming the line (--num-gpus makes logical GPUs instead).
-Status claims_no_more_gpus(const hostfiles::HostEntry& e, const detect::Inventory& found,
-                           const Options& options, const char* found_how) {
-  if (!e.gpus || options.num_gpus) return Status();
-  int have = 0;
-  for (const auto& a : found.accelerators) have += a.resource == "GPU" ? 1 : 0;
-  if (*e.gpus <= have) return Status();
-  return invalid_argument(e.origin + ": '" + e.name + "' declares gpus=" + std::to_string(*e.gpus) +
-                          " but " + found_how + " " + std::to_string(have) +
-                          " (remove gpus=, or give --num-gpus for logical GPUs)");
+// A hostfile entry that declares more devices of a resource than the host
+// was found to have (gpus=, resources=, NAME=; not instance_type='s table,
+// which only stands in until detection) is an error naming the line
+// (--num-gpus and --resources make logical devices instead).
+Status claims_no_more_devices(const hostfiles::HostEntry& e, const detect::Inventory& found,
+                              const Options& options, const char* found_how) {
+  for (const auto& [resource, q] : e.resources) {
+    const bool logical = resource == "GPU"
+                             ? options.num_gpus.has_value()
+                             : std::any_of(options.resources.begin(), options.resources.end(),
+                                           [&](const auto& r) { return r.first == resource; });
+    if (e.instance_resource == resource || logical) continue;
+    std::int64_t have = 0;
+    for (const auto& a : found.accelerators) have += a.resource == resource ? 1 : 0;
+    if (q.whole_part() <= have) continue;
+    const bool gpus = resource == "GPU" && e.gpus;
+    const std::string said = gpus ? "gpus=" + std::to_string(*e.gpus) : resource + "=" + q.str();
+    return invalid_argument(e.origin + ": '" + e.name + "' declares " + said + " but " + found_how +
+                            " " + std::to_string(have) + " (remove " + (gpus ? "gpus=" : "it") +
+                            (resource == "GPU"
+                                 ? ", or give --num-gpus for logical GPUs)"
+                                 : ", or give --resources " + resource + "=N for logical ones)"));
+  }
+  return Status();
 }
 
 }  // namespace
@@ -103,13 +117,13 @@ Result<Plan> build_plan(const Options& options, char** envp, int master_port,
         // Detected hardware wins over what the entry declares, which may
         // not claim devices the host lacks.
         h.inventory = hostfiles::detected_inventory(e, *local);
-        if (Status s = claims_no_more_gpus(e, h.inventory, options, "detection found"); !s)
+        if (Status s = claims_no_more_devices(e, h.inventory, options, "detection found"); !s)
           return s;
       } else if (detected != nullptr && detected->count(e.name) != 0) {
         // What the host's own agent found; the hostfile still gives slots
         // and labels, and may not claim devices the host lacks.
         h.inventory = hostfiles::detected_inventory(e, detected->at(e.name));
-        if (Status s = claims_no_more_gpus(e, h.inventory, options, "its agent detected"); !s)
+        if (Status s = claims_no_more_devices(e, h.inventory, options, "its agent detected"); !s)
           return s;
       } else {
         h.inventory = hostfiles::declared_inventory(e);
@@ -158,6 +172,13 @@ Result<Plan> build_plan(const Options& options, char** envp, int master_port,
   spec.inherited = config.environment;
   spec.master_port = master_port;
   if (Status s = plan_fits_in_memory(spec, available_memory()); !s) return s;
+  // (Checked when parsing where -n is given; here for a count from slots,
+  // --npernode or SLURM_NTASKS.)
+  if (options.stdin_mode == StdinMode::kRank && options.stdin_rank >= spec.np && spec.np >= 1) {
+    return invalid_argument("option '--stdin': rank " + std::to_string(options.stdin_rank) +
+                            " does not exist with " + planner::ranks_asked(spec) +
+                            " (ranks are 0.." + std::to_string(spec.np - 1) + ")");
+  }
   return plan(spec, hosts);
 }
 

@@ -207,6 +207,45 @@ TEST_F(BuildPlan, ThisHostsEntryMayNotClaimGpusItLacks) {
   EXPECT_TRUE(p.is_ok()) << p.status().message();
 }
 
+// The same holds however the line declares them: resources= and NAME= are
+// claims as gpus= is (accrun-hostfile(5) says gpus=N is resources=GPU:N),
+// where before the devices vanished without a word.  instance_type='s
+// table only stands in until detection and claims nothing.
+TEST_F(BuildPlan, ThisHostsEntryMayNotClaimDevicesItLacksInAnySpelling) {
+  const std::string gpus = write("claims-gpu", "localhost slots=2 resources=GPU:4\n");
+  auto p = run({"--dry-run", "-n", "1", "--hostfile", gpus, "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().message(),
+            gpus +
+                ":1: 'localhost' declares GPU=4 but detection found 0 (remove it, or give "
+                "--num-gpus for logical GPUs)");
+  const std::string tpus = write("claims-tpu", "localhost slots=2 TPU=4\n");
+  p = run({"--dry-run", "-n", "1", "--hostfile", tpus, "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().message(),
+            tpus +
+                ":1: 'localhost' declares TPU=4 but detection found 0 (remove it, or give "
+                "--resources TPU=N for logical ones)");
+  p = run({"--dry-run", "-n", "1", "--resources", "TPU=4", "--hostfile", tpus, "true"});
+  EXPECT_TRUE(p.is_ok()) << p.status().message();
+  const std::string instance = write("instance", "localhost slots=2 instance_type=p4d.24xlarge\n");
+  p = run({"--dry-run", "-n", "1", "--hostfile", instance, "true"});
+  EXPECT_TRUE(p.is_ok()) << p.status().message();
+}
+
+// --stdin names a rank that must exist also where the count comes from the
+// hosts' slots (it was checked only against -n, and no rank got the input).
+TEST_F(BuildPlan, StdinRankBeyondTheCountFromSlotsIsBadInput) {
+  auto p = run({"--dry-run", "-H", "a:2,b:1", "--stdin", "3", "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().message(),
+            "option '--stdin': rank 3 does not exist with 3 ranks (the hosts' slots, as -n was not "
+            "given) (ranks are "
+            "0..2)");
+  p = run({"--dry-run", "-H", "a:2,b:1", "--stdin", "2", "true"});
+  EXPECT_TRUE(p.is_ok()) << p.status().message();
+}
+
 TEST_F(BuildPlan, HostListAndDefaults) {
   auto p = run({"--dry-run", "-H", "a:2,b:3", "true"});
   ASSERT_TRUE(p.is_ok()) << p.status().message();

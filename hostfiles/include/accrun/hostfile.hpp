@@ -33,6 +33,8 @@ struct HostEntry {
   std::optional<std::string> accelerator_type;           // accelerator_type=H100
   std::optional<std::string> instance_type;              // instance_type=p4d.24xlarge (its devices and
                                                          // type are in resources/accelerator_type)
+  std::optional<std::string> instance_resource;  // the resource instance_type= added (a stand-in
+                                                 // until detection, not a claim)
   detect::Labels labels;                                 // pod= zone= region=
   std::optional<int> pod_order;                          // worker= (order inside the pod)
   std::string origin;                                    // "FILE:LINE" or "-H" for messages

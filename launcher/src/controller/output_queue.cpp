@@ -23,6 +23,10 @@ void OutputQueue::closed_at_start(int fd) {
   if (fd >= 0 && fd <= 2) g_closed_at_start[fd] = true;
 }
 
+bool OutputQueue::was_closed_at_start(int fd) {
+  return fd >= 0 && fd <= 2 && g_closed_at_start[fd];
+}
+
 void OutputQueue::push(std::string_view data) {
   if (error_ != 0 || data.empty()) return;
   // Small pieces join the last one: fewer, larger writes.

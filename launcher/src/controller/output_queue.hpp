@@ -31,6 +31,7 @@ class OutputQueue {
   // that no other descriptor takes its number, but output for it cannot be
   // written, as a write to a closed descriptor could not (EBADF).
   static void closed_at_start(int fd);
+  static bool was_closed_at_start(int fd);
 
  private:
   // Bytes the descriptor takes now without blocking (a pipe's free space;
