@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hosts.sh BUILD_DIR [LAUNCHES] — the store backend across the namespace test bed's
+# hosts.sh BUILD_DIR [LAUNCHES [PART...]] — the store backend across the namespace test bed's
 # hosts against Open MPI's own collectives over its tcp BTL (raw-mpi) in the
 # same launch, and the store's large sends against one raw TCP stream
 # between the same two hosts.  Brings the test bed up if it is not (root).
@@ -17,7 +17,9 @@
 #   osu_bw --backend store between h1 and h2, object_get (accrun_get on h2
 #   of objects put on h1), and tcp_stream h1 -> h2 under the hosts' and
 #   the store's congestion control; the 2 x 1 tables again with every
-#   host's congestion control set to Reno (Open MPI's too)
+#   host's congestion control set to Reno (Open MPI's too).
+# PARTs (default all, in this order): mpi (the store/raw-mpi tables),
+# libfabric, gloo, stream (osu_bw, object_get, tcp_stream), reno.
 set -uo pipefail
 b=${1:?usage: hosts.sh BUILD_DIR [LAUNCHES]}
 # Each store/raw-mpi table runs in LAUNCHES launches (default 3): inside a
@@ -27,6 +29,15 @@ b=${1:?usage: hosts.sh BUILD_DIR [LAUNCHES]}
 # the launches' tables comes each size's median ratio over them.
 launches=${2:-3}
 case $launches in '' | *[!0-9]* | 0) echo "hosts.sh: LAUNCHES must be a whole number >= 1, not '$launches'" >&2; exit 2 ;; esac
+shift $(($# < 2 ? $# : 2))
+parts=" $* "
+for p in "$@"; do
+  case $p in mpi | libfabric | gloo | stream | reno) ;;
+    *) echo "hosts.sh: unknown PART '$p' (known: mpi libfabric gloo stream reno)" >&2; exit 2 ;;
+  esac
+done
+# part NAME: whether NAME is to run
+part() { [ "$parts" = "  " ] || [[ $parts == *" $1 "* ]]; }
 src=$(cd "$(dirname "$0")/../.." && pwd)
 tb=$src/tests/testbed/testbed
 "$tb" status >/dev/null 2>&1 || "$tb" up >/dev/null || exit $?
@@ -80,7 +91,7 @@ launched() {
   fi
   rm -f "$runs"/launch.* "$runs"/ratio.*
 }
-for layout in "2 h1:1,h2:1 -i 1000 8:4194304" "8 h1:1,h2:1,h3:1,h4:1 -i 1000 8:4194304"; do
+part mpi && for layout in "2 h1:1,h2:1 -i 1000 8:4194304" "8 h1:1,h2:1,h3:1,h4:1 -i 1000 8:4194304"; do
   set -- $layout
   wrap=()
   extra=("${over[@]}")
@@ -92,7 +103,7 @@ for layout in "2 h1:1,h2:1 -i 1000 8:4194304" "8 h1:1,h2:1,h3:1,h4:1 -i 1000 8:4
   done
 done
 # The store over libfabric's tcp provider instead of plain TCP, same hosts.
-if "$b/launcher/accrun" --version | grep -q "libfabric transport: built"; then
+if part libfabric && "$b/launcher/accrun" --version | grep -q "libfabric transport: built"; then
   for bench in allreduce bcast allgather; do
     echo "## $bench, 2 ranks on h1:1,h2:1, store over libfabric (tcp provider)"
     "$b/launcher/accrun" --timeout 900 -n 2 -H h1:1,h2:1 --launch-agent "$agent" "${mpi[@]}" \
@@ -113,7 +124,9 @@ fi
 # 40 us), so 200 of them last longer than the store's 1,000.
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
-if "$py" -c "import torch" 2>/dev/null; then
+if ! part gloo; then
+  :
+elif "$py" -c "import torch" 2>/dev/null; then
   for layout in "2 h1:1,h2:1 200 8:4194304 1000" "8 h1:1,h2:1,h3:1,h4:1 20 8:4194304 1000"; do
     set -- $layout
     wrap=()
@@ -139,29 +152,32 @@ if "$py" -c "import torch" 2>/dev/null; then
 else
   echo "## gloo: python3-torch is not installed (scripts/install-deps.sh --bench installs it); skipped"
 fi
-echo "## osu_bw, store, h1 -> h2"
-"$b/launcher/accrun" --timeout 300 -n 2 -H h1:1,h2:1 --launch-agent "$agent" "${mpi[@]}" \
-  "${pin[@]}" "$b/benchmarks/osu_bw" --backend store,raw-mpi -m 1048576:16777216
-echo "## object_get: accrun_get on h2 of objects put on h1"
-"$b/launcher/accrun" --timeout 300 -n 2 -H h1:1,h2:1 --launch-agent "$agent" -x ACCRUN_STORE_SIZE=90% \
-  "$b/benchmarks/object_get" -i 10 -m 268435456
-# One TCP stream h1 -> h2 under the hosts' congestion control and under the
-# store's (Reno, accrun/tcp_congestion.hpp), received into a 4 MiB buffer
-# (as osu_bw's of up to 4 MiB, reused), sent from and received into 16 MiB
-# ones (as osu_bw's 16 MiB messages: larger than the cache, like theirs),
-# and received into a 256 MiB one (as object_get's).
-for cc in system reno; do
-  for into_from in "4 4" "16 16" "256 4"; do
-    set -- $into_from
-    echo "## one TCP stream, h1 -> h2, 2 GiB, congestion control $cc, from $2 MiB into $1 MiB"
-    "$tb" hx h2 "$b/benchmarks/tcp_stream" serve 7999 "$1" &
-    sleep 0.3
-    "$tb" hx h1 "$b/benchmarks/tcp_stream" send h2 7999 2048 "$cc" "$2"
-    wait
+if part stream; then
+  echo "## osu_bw, store, h1 -> h2"
+  "$b/launcher/accrun" --timeout 300 -n 2 -H h1:1,h2:1 --launch-agent "$agent" "${mpi[@]}" \
+    "${pin[@]}" "$b/benchmarks/osu_bw" --backend store,raw-mpi -m 1048576:16777216
+  echo "## object_get: accrun_get on h2 of objects put on h1"
+  "$b/launcher/accrun" --timeout 300 -n 2 -H h1:1,h2:1 --launch-agent "$agent" -x ACCRUN_STORE_SIZE=90% \
+    "$b/benchmarks/object_get" -i 10 -m 268435456
+  # One TCP stream h1 -> h2 under the hosts' congestion control and under the
+  # store's (Reno, accrun/tcp_congestion.hpp), received into a 4 MiB buffer
+  # (as osu_bw's of up to 4 MiB, reused), sent from and received into 16 MiB
+  # ones (as osu_bw's 16 MiB messages: larger than the cache, like theirs),
+  # and received into a 256 MiB one (as object_get's).
+  for cc in system reno; do
+    for into_from in "4 4" "16 16" "256 4"; do
+      set -- $into_from
+      echo "## one TCP stream, h1 -> h2, 2 GiB, congestion control $cc, from $2 MiB into $1 MiB"
+      "$tb" hx h2 "$b/benchmarks/tcp_stream" serve 7999 "$1" &
+      sleep 0.3
+      "$tb" hx h1 "$b/benchmarks/tcp_stream" send h2 7999 2048 "$cc" "$2"
+      wait
+    done
   done
-done
+fi
 # The same 2 x 1 store/raw-mpi tables with every host's default congestion
 # control set to Reno, so Open MPI's connections use the store's too.
+part reno || exit 0
 was=$("$tb" hx h1 cat /proc/sys/net/ipv4/tcp_congestion_control)
 for h in h1 h2; do "$tb" hx $h sysctl -q -w net.ipv4.tcp_congestion_control=reno; done
 for bench in allreduce bcast allgather; do
