@@ -55,7 +55,10 @@ int default_slots(const detect::Inventory& inv) {
 // (--num-gpus and --resources make logical devices instead).
 Status claims_no_more_devices(const hostfiles::HostEntry& e, const detect::Inventory& found,
                               const Options& options, const char* found_how) {
-  for (const auto& [resource, q] : e.resources) {
+  for (const auto& declared : e.resources) {
+    // (Named, not a structured binding: clang 14 cannot capture one.)
+    const std::string& resource = declared.first;
+    const detect::Quantity& q = declared.second;
     const bool logical = resource == "GPU"
                              ? options.num_gpus.has_value()
                              : std::any_of(options.resources.begin(), options.resources.end(),
