@@ -86,7 +86,7 @@ bool OutputQueue::write_some(size_t limit) {
 
 bool OutputQueue::flush() {
   if (error_ != 0) return false;
-  if (!q_.empty() && fd_ >= 0 && fd_ <= 2 && g_closed_at_start[fd_]) {
+  if (!q_.empty() && was_closed_at_start(fd_)) {
     error_ = EBADF;
     q_.clear();
     bytes_ = 0;
