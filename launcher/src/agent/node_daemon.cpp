@@ -169,10 +169,9 @@ void reserve_fd_table(size_t fds) {
   if (spare >= 0) close(spare);
 }
 
-// Signals the process group a rank (or spawned process) leads.  Each leads
-// a session of its own, so its group is orphaned, and the kernel discards
-// SIGTSTP (Ctrl-Z) sent to an orphaned group: the ranks get SIGSTOP
-// instead, as mpiexec.hydra's do.
+// Signals the process group a rank (or spawned process) leads.  For
+// SIGTSTP (Ctrl-Z) the ranks get SIGSTOP, as mpiexec.hydra's do: a program
+// may catch or ignore SIGTSTP, and a job stopped in part holds its peers.
 void signal_group(pid_t leader, int sig) { kill(-leader, sig == SIGTSTP ? SIGSTOP : sig); }
 
 // -x: NAME=VALUE, or NAME as accrun's environment has it.
@@ -1441,7 +1440,7 @@ int Daemon::setup_and_spawn() {
       say(cfg_.err_fd, std::string("cannot start rank ") + std::to_string(r) + ": " + std::strerror(errno));
       break;
     }
-    // The child leads its own session (and group) before execve, and vfork
+    // The child leads its own process group before execve, and vfork
     // holds us until then: no window where a signal misses the group.
     janitor_.watch_group(pid);
     RankState& st = ranks_[r];

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -195,13 +196,22 @@ __attribute__((noinline)) pid_t spawn_child(const char* path, char* const* argv,
   // signal stays ignored across execve (ranks would not see Ctrl-C).
   for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2, SIGTSTP}) signal(s, SIG_DFL);
   if (c.hup_ignored) signal(SIGHUP, SIG_IGN);
-  // A session of its own (and so a process group of its own, whose id is
-  // its pid), as mpiexec.hydra and slurmstepd start tasks: with the
-  // kernel's autogroup scheduling each session is one scheduling group, so
-  // on a loaded host every rank gets its share, not all ranks together one.
-  // (The parent is suspended until execve: nothing can make this process a
-  // group leader first, which would make setsid fail.)
-  if (setsid() < 0) setpgid(0, 0);
+  // A process group of its own, whose id is its pid, in the agent's
+  // session, as mpirun starts ranks; not a session of its own.  Under the
+  // kernel's autogroup scheduling a session is one scheduling group, and
+  // sched_yield passes the CPU only within the caller's group: with a
+  // session per rank, a rank that yields while it waits for a rank on the
+  // same CPU (the store's waits and Open MPI's mpi_yield_when_idle, on an
+  // oversubscribed host) kept the CPU until its slice ended, and 4 ranks on
+  // 2 CPUs broadcast 256 KiB in 86 us instead of 52 (docs/design.md §4).
+  // Then it gives up the controlling terminal, for itself only (it leads
+  // no session), as a rank of its own session had none: a rank that opens
+  // /dev/tty fails at once rather than stop in the background.
+  setpgid(0, 0);
+  if (int tty = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC); tty >= 0) {
+    ioctl(tty, TIOCNOTTY);
+    close(tty);
+  }
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // accrun died before the line above
   dup2(c.in_fd, 0);

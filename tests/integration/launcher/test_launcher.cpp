@@ -1,11 +1,12 @@
 // accrun on one host with real processes: the ranks' environment, the PMIx
 // server, Open MPI without mpirun, exit statuses, signals, the janitor and
 // output integrity (accrun(1) EXECUTION OPTIONS and EXIT STATUS, accrun(7)).
-#include <fcntl.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -15,9 +16,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
-#include <filesystem>
 #include <iterator>
 #include <map>
 #include <regex>
@@ -914,20 +915,44 @@ TEST(Launcher, Mpi4pyOneLiner) {
   EXPECT_EQ(lines, (std::set<std::string>{"0 3 6", "1 3 6", "2 3 6"})) << r.out << r.err;
 }
 
-// Each rank leads a session of its own (as mpiexec.hydra's ranks do), so
-// that under autogroup scheduling each rank is its own scheduling group.
-TEST(Launcher, EachRankLeadsItsOwnSession) {
-  // /proc/self/stat of the shell: pid, then after the command, the state,
-  // ppid, pgrp and session.
-  RunResult r = run({"-n", "3", "sh", "-c", "read -r pid rest < /proc/$$/stat; set -- $rest; echo $pid $4 $5"});
-  ASSERT_EQ(r.status, 0) << r.err;
-  auto lines = lines_of(r.out);
-  ASSERT_EQ(lines.size(), 3u) << r.out;
+// Each rank leads a process group of its own in its agent's session, as
+// mpirun's ranks do (so under autogroup scheduling the host's ranks are one
+// scheduling group, in which sched_yield hands the CPU to a waiting peer),
+// and has no controlling terminal, though accrun has one here.
+TEST(Launcher, EachRankLeadsAGroupInTheAgentsSessionWithoutATerminal) {
+  int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(master, 0) << std::strerror(errno);
+  ASSERT_EQ(grantpt(master), 0);
+  ASSERT_EQ(unlockpt(master), 0);
+  const std::string terminal = ptsname(master);
+  // /proc/PID/stat after the command: the state, ppid, pgrp, session and
+  // tty_nr; the rank's parent is its agent.
+  Proc p({"-n", "3", "sh", "-c",
+          "read -r pid rest < /proc/$$/stat; set -- $rest; echo $pid $4 $5 $6 "
+          "$(read -r a rest < /proc/$PPID/stat; set -- $rest; echo $5 $6) "
+          "$(if true </dev/tty 2>/dev/null; then echo tty; else echo no-tty; fi)"},
+         {}, nullptr, [&] {
+           // A session of accrun's own whose controlling terminal is the pty.
+           setsid();
+           int slave = open(terminal.c_str(), O_RDWR);
+           if (slave < 0 || ioctl(slave, TIOCSCTTY, 0) != 0) _exit(98);
+         });
+  int status = p.wait();
+  close(master);
+  ASSERT_EQ(status, 0) << p.err();
+  auto lines = lines_of(p.out());
+  ASSERT_EQ(lines.size(), 3u) << p.out();
   for (const auto& l : lines) {
     std::smatch m;
-    ASSERT_TRUE(std::regex_match(l, m, std::regex("(\\d+) (\\d+) (\\d+)"))) << l;
+    ASSERT_TRUE(
+        std::regex_match(l, m, std::regex("(\\d+) (\\d+) (\\d+) (\\d+) (\\d+) (\\d+) (\\S+)")))
+        << l;
     EXPECT_EQ(m[1], m[2]) << "its own process group: " << l;
-    EXPECT_EQ(m[1], m[3]) << "its own session: " << l;
+    EXPECT_EQ(m[3], std::to_string(p.pid())) << "accrun's session: " << l;
+    EXPECT_EQ(m[5], m[3]) << "its agent's session: " << l;
+    EXPECT_NE(m[6], "0") << "the agent has the terminal (so the test gave one): " << l;
+    EXPECT_EQ(m[4], "0") << "no controlling terminal: " << l;
+    EXPECT_EQ(m[7], "no-tty") << l;
   }
 }
 
