@@ -70,7 +70,7 @@ Status StoreGroup::allgather(const void* send, void* recv, std::size_t count_per
     end_round();
     return Status::ok();
   }
-  const std::size_t chunk = chunk_elems(tun_.allgather_chunk, ds) * ds;
+  const std::size_t chunk = chunk_elems(tun_.allgather_chunk, tun_.allgather_round_bytes, ds) * ds;
   for (std::size_t off = 0; off < m; off += chunk) {
     const std::size_t n = std::min(chunk, m - off);
     const int h = begin_round();

@@ -220,7 +220,10 @@ void StoreGroup::end_round() {
   ++round_;
 }
 
-std::size_t StoreGroup::chunk_elems(std::size_t chunk_bytes, std::size_t ds) const {
+std::size_t StoreGroup::chunk_elems(std::size_t chunk_bytes, std::size_t round_bytes,
+                                    std::size_t ds) const {
+  if (chunk_bytes == 0)
+    chunk_bytes = std::max<std::size_t>(64 * 1024, round_bytes / static_cast<std::size_t>(size_));
   const std::size_t b = std::min(std::max<std::size_t>(chunk_bytes, 64), shm_->half());
   return std::max<std::size_t>(1, b / ds);
 }

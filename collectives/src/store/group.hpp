@@ -177,7 +177,9 @@ class StoreGroup final : public Backend {
   // previous use.
   int begin_round();
   void end_round();
-  std::size_t chunk_elems(std::size_t chunk_bytes, std::size_t ds) const;
+  // Elements per chunk of a chunked call: chunk_bytes, or where it is 0
+  // round_bytes over the members (at least 64 KiB), within one half.
+  std::size_t chunk_elems(std::size_t chunk_bytes, std::size_t round_bytes, std::size_t ds) const;
   // Rank q's slice of an n-element chunk, in cache-line multiples.
   std::pair<std::size_t, std::size_t> slice(std::size_t n, std::size_t ds, int q) const;
   // out = part(0) op part(1) op ... op part(size_ - 1), in rank order, so

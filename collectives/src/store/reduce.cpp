@@ -77,7 +77,7 @@ Status StoreGroup::reduce_to(const char* in, char* out, std::size_t count, DType
   // Reduce-scatter + allgather per chunk: each rank reduces one slice of the
   // chunk (its own data first, then the others in rank order) into its own
   // half, then the ranks that want the result copy all slices out.
-  const std::size_t chunk = chunk_elems(tun_.allreduce_chunk, ds);
+  const std::size_t chunk = chunk_elems(tun_.allreduce_chunk, tun_.allreduce_round_bytes, ds);
   for (std::size_t off = 0; off < count; off += chunk) {
     const std::size_t n = std::min(chunk, count - off);
     const int h = begin_round();

@@ -23,7 +23,15 @@ struct Tuning {
   // rounds won from 2 KiB at 4 and 8 ranks (4 ranks 2 KiB: 3.0 µs against
   // 4.5; 8 ranks 16 KiB: 13.6 against 47.9).
   std::size_t allreduce_small_extra_max = 2048;
-  std::size_t allreduce_chunk = 64 * 1024;     // above it: reduce-scatter + allgather per chunk
+  // Above allreduce_small_max: reduce-scatter + allgather per chunk of
+  // this many bytes; 0: allreduce_round_bytes / members, at least 64 KiB
+  // and at most half_bytes (so 256 KiB at 2 ranks, 128 KiB at 4, 64 KiB
+  // from 8).  Fewer rounds are fewer synchronisations.  At 2 ranks on the
+  // 2-CPU VM of 2026-12-07, whose speed moved by up to 4x between phases,
+  // 256 KiB chunks beat 64 KiB ones at 256 KiB-4 MiB in every phase
+  // (benchmarks/README.md).
+  std::size_t allreduce_chunk = 0;
+  std::size_t allreduce_round_bytes = 512 * 1024;
   // Broadcasts below bcast_cma_min (all, without CMA) stream through
   // group-wide rings: up to 8 bytes (kTinyBytes) a ring of bcast_tiny_slots
   // slots two to a cache line, up to bcast_small_max bytes a ring of
@@ -35,7 +43,13 @@ struct Tuning {
   std::size_t bcast_small_slots = 128;
   std::size_t bcast_chunk = 16 * 1024;
   std::size_t bcast_slots = 32;
-  std::size_t allgather_chunk = 64 * 1024;     // per rank and round
+  // Per rank and round, in the rounds through the slots (an oversubscribed
+  // host, or no CMA); 0: allgather_round_bytes / members, within the same
+  // bounds (256 KiB at 2 and 4 ranks, 128 KiB at 8).  At 4 ranks on 2 CPUs,
+  // 256 KiB-4 MiB per rank: 0.49-0.66 of raw MPI against 0.67-0.83 in
+  // 64 KiB pieces.
+  std::size_t allgather_chunk = 0;
+  std::size_t allgather_round_bytes = 1024 * 1024;
   std::size_t ring_bytes = 0;                  // per ordered pair; 0: by group size (64 KiB … 1 MiB)
   int spin_ns = 50'000;                        // busy-poll this long before yielding (not oversubscribed)
   // In a group across hosts, on an oversubscribed host, calls whose
