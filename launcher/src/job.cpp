@@ -1,11 +1,15 @@
 // build_plan(): everything between the command line and a Plan — detection
 // of this host, the hostfile or -H list, the JobSpec, and plan().
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 
@@ -23,11 +27,43 @@ bool names_this_host(const std::string& name, const std::string& self) {
   };
   const std::string n = lower(name);
   const std::string me = lower(self);
-  if (n == "localhost" || n == "127.0.0.1" || n == "::1") return true;
-  if (n == me) return true;
-  // node01 and node01.cluster.example are the same host.
+  if (n == "localhost" || n == me) return true;
+  if (is_this_hosts_address(n)) return true;
+  // node01 and node01.cluster.example are the same host (not 10.0.0.5 and
+  // 10.1.2.3).
   auto short_name = [](const std::string& s) { return s.substr(0, s.find('.')); };
+  in6_addr any;
+  if (inet_pton(AF_INET, n.c_str(), &any) == 1 || inet_pton(AF_INET, me.c_str(), &any) == 1)
+    return false;
   return short_name(n) == short_name(me) && !short_name(me).empty();
+}
+
+bool is_this_hosts_address(const std::string& name) {
+  in_addr v4;
+  in6_addr v6;
+  int family;
+  if (inet_pton(AF_INET, name.c_str(), &v4) == 1) {
+    family = AF_INET;
+    if ((ntohl(v4.s_addr) >> 24) == 127) return true;
+  } else if (inet_pton(AF_INET6, name.c_str(), &v6) == 1) {
+    family = AF_INET6;
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+  } else {
+    return false;
+  }
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return false;
+  bool found = false;
+  for (ifaddrs* i = all; i != nullptr && !found; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != family) continue;
+    if (family == AF_INET)
+      found = reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == v4.s_addr;
+    else
+      found = std::memcmp(&reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr, &v6,
+                          sizeof v6) == 0;
+  }
+  freeifaddrs(all);
+  return found;
 }
 
 std::string this_hostname(const detect::DetectConfig& config) {

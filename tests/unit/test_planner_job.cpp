@@ -1,15 +1,20 @@
 // build_plan(): the command line, a hostfile and this host's detection
 // joined into a plan.  Detection reads an empty fake sysfs root, so only
 // logical devices (--num-gpus) exist on "this host".
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <initializer_list>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "accrun/commands.hpp"
 #include "accrun/detect.hpp"
@@ -165,6 +170,57 @@ TEST_F(BuildPlan, ThisHostListedTwiceIsRefused) {
   ASSERT_FALSE(p.is_ok());
   EXPECT_EQ(p.status().message(), hosts + ":2: '127.0.0.1' and 'localhost' (" + hosts +
                                       ":1) both name this host; list it once");
+}
+
+// This host's addresses: any loopback address and every interface's.
+// Before, an interface's address was planned as another host: reached by
+// ssh, and with localhost also listed its devices went out twice.
+std::vector<std::string> interface_addresses() {
+  std::vector<std::string> out;
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return out;
+  for (ifaddrs* i = all; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    char buf[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, buf,
+              sizeof buf);
+    if (std::string(buf).rfind("127.", 0) != 0) out.push_back(buf);
+  }
+  freeifaddrs(all);
+  return out;
+}
+
+TEST(NamesThisHost, AnAddressOfThisHostNamesIt) {
+  EXPECT_TRUE(names_this_host("127.0.0.1", "node01"));
+  EXPECT_TRUE(names_this_host("127.0.0.2", "node01"));
+  EXPECT_TRUE(names_this_host("::1", "node01"));
+  EXPECT_TRUE(names_this_host("node01.cluster.example", "node01"));
+  EXPECT_FALSE(names_this_host("node02", "node01"));
+  // Addresses are not names with a domain: 10.0.0.5 is not 10.1.2.3.
+  if (!is_this_hosts_address("10.0.0.5")) {
+    EXPECT_FALSE(names_this_host("10.0.0.5", "10.1.2.3"));
+  }
+  const auto mine = interface_addresses();
+  for (const auto& a : mine) EXPECT_TRUE(names_this_host(a, "node01")) << a;
+  const std::string other = "198.51.100.7";  // TEST-NET-2
+  if (std::find(mine.begin(), mine.end(), other) == mine.end()) {
+    EXPECT_FALSE(names_this_host(other, "node01"));
+  }
+}
+
+TEST_F(BuildPlan, AnInterfaceAddressOfThisHostIsThisHost) {
+  const auto mine = interface_addresses();
+  if (mine.empty()) GTEST_SKIP() << "this host has no interface address beyond loopback";
+  auto p = run({"--dry-run", "-H", "localhost:1," + mine[0] + ":1", "true"});
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().message(),
+            "-H: '" + mine[0] + "' and 'localhost' (-H) both name this host; list it once");
+  // Planned with this host's detected devices, as another host's entry
+  // that declares none would not be.
+  use_environment("nvidia-8xh100", {});
+  p = run({"--dry-run", "-H", mine[0] + ":2", "--gpus-per-rank", "4", "true"});
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->ranks[1].env.at("CUDA_VISIBLE_DEVICES"), "4,5,6,7");
 }
 
 // Host names ignore case: LOCALHOST and this host's name in capitals are

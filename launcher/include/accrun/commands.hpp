@@ -43,8 +43,12 @@ struct EarlyJob {
 int run_local_agent(int fd, int index, char** envp, const EarlyJob& early = {});
 
 // Whether a hostfile's `name` means the host called `self` (localhost, the
-// same name, or the same name without its domain).  Pure.
+// same name, or the same name without its domain), or is an address of
+// this host (is_this_hosts_address).
 bool names_this_host(const std::string& name, const std::string& self);
+// Whether `name` is an IPv4 or IPv6 address of this host: a loopback
+// address (127.0.0.0/8, ::1) or one of its interfaces' addresses.
+bool is_this_hosts_address(const std::string& name);
 // This host's name as detection reports it (DetectConfig::hostname, else
 // gethostname()).
 std::string this_hostname(const detect::DetectConfig& config);
