@@ -531,6 +531,18 @@ Result<Options> convert(const po::variables_map& vm, std::vector<std::string> co
   if (o.detect && o.np) {
     return invalid_argument("option '--detect' starts no ranks: drop '-n/--np " + std::to_string(*o.np) + "'");
   }
+  // Nor would the options that place, bind or run ranks do anything.
+  if (o.detect) {
+    for (const char* k : {"gpus-per-rank", "resources-per-rank", "cpus-per-rank", "npernode",
+                          "accelerator-type", "pod-blocks", "pod-level", "bind-to",
+                          "report-bindings", "visible-devices", "oversubscribe", "wdir",
+                          "tag-output", "output-dir", "stdin", "kill-grace", "on-failure", "mpi"}) {
+      auto it = vm.find(k);
+      if (it == vm.end() || it->second.empty() || it->second.defaulted()) continue;
+      return invalid_argument("option '--detect' places and starts no ranks: drop '" + shown(k) +
+                              "' (--dry-run shows what each rank would get)");
+    }
+  }
   if (o.np && o.stdin_mode == StdinMode::kRank && o.stdin_rank >= *o.np) {
     return bad("stdin", "rank " + std::to_string(o.stdin_rank) + " does not exist with -n " +
                             std::to_string(*o.np) + " (ranks are 0.." + std::to_string(*o.np - 1) +

@@ -255,6 +255,26 @@ TEST(Options, BadCombinations) {
             "option '--detect' runs no program ('./a.out' given): it prints the hosts' accelerators; drop the "
             "program, or drop --detect to run it");
   EXPECT_EQ(err({"--detect", "-n", "2"}), "option '--detect' starts no ranks: drop '-n/--np 2'");
+  // Before, options that place or start ranks were ignored without a word.
+  EXPECT_EQ(err({"--detect", "--gpus-per-rank", "1"}),
+            "option '--detect' places and starts no ranks: drop '--gpus-per-rank' (--dry-run shows "
+            "what each rank "
+            "would get)");
+  EXPECT_EQ(err({"--bind-to", "core", "--detect"}),
+            "option '--detect' places and starts no ranks: drop '--bind-to' (--dry-run shows what "
+            "each rank would "
+            "get)");
+  EXPECT_EQ(err({"--detect", "-c", "2"}),
+            "option '--detect' places and starts no ranks: drop '-c/--cpus-per-rank' (--dry-run "
+            "shows what each rank "
+            "would get)");
+  EXPECT_EQ(err({"--detect", "--oversubscribe"}),
+            "option '--detect' places and starts no ranks: drop '--oversubscribe' (--dry-run shows "
+            "what each rank "
+            "would get)");
+  // What detection uses is still taken.
+  EXPECT_TRUE(
+      ok({"--detect", "--num-gpus", "2", "--resources", "TPU=4", "-H", "a,b", "--json"}).detect);
   EXPECT_NE(err({"--tag-output=yes", "p"}).find("takes no value"), std::string::npos);
 }
 
