@@ -32,8 +32,8 @@ bool names_this_host(const std::string& name, const std::string& self) {
   // node01 and node01.cluster.example are the same host (not 10.0.0.5 and
   // 10.1.2.3).
   auto short_name = [](const std::string& s) { return s.substr(0, s.find('.')); };
-  in6_addr any;
-  if (inet_pton(AF_INET, n.c_str(), &any) == 1 || inet_pton(AF_INET, me.c_str(), &any) == 1)
+  in_addr v4;
+  if (inet_pton(AF_INET, n.c_str(), &v4) == 1 || inet_pton(AF_INET, me.c_str(), &v4) == 1)
     return false;
   return short_name(n) == short_name(me) && !short_name(me).empty();
 }

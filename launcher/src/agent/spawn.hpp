@@ -75,8 +75,8 @@ struct ExecReport {
 // `report` says which.  The child runs on our memory and calls only
 // async-signal-safe functions; it unblocks signals, restores the default
 // dispositions of those accrun forwards, leads its own process group in
-// our session, gives up the controlling terminal, dies with its parent, and binds itself where `c`
-// says.
+// our session, gives up the controlling terminal, dies with its parent,
+// and binds itself where `c` says.
 pid_t spawn_child(const char* path, char* const* argv, const ChildSpec& c, const char* wdir, pid_t parent,
                   ExecReport* report);
 
