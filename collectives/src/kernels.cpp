@@ -47,39 +47,49 @@ const char* backend_name(BackendKind kind) {
 
 namespace {
 
+// out[i] = f(x[i], y[i]); `out` may be `x` (then it is read and written
+// through one pointer, so every pointer the loop sees is restrict).
+template <class T, class F>
+void apply(T* out, const T* x, const T* y, std::size_t n, F f) {
+  if (out == x) {
+    T* __restrict a = out;
+    const T* __restrict b = y;
+    for (std::size_t i = 0; i < n; ++i) a[i] = f(a[i], b[i]);
+  } else {
+    T* __restrict a = out;
+    const T* __restrict c = x;
+    const T* __restrict b = y;
+    for (std::size_t i = 0; i < n; ++i) a[i] = f(c[i], b[i]);
+  }
+}
+
 template <class T, class U>
-void int_kernel(Op op, T* __restrict a, const T* __restrict b, std::size_t n) {
+void int_kernel(Op op, T* out, const T* x, const T* y, std::size_t n) {
   switch (op) {
     case Op::kSum:
-      for (std::size_t i = 0; i < n; ++i) a[i] = static_cast<T>(static_cast<U>(a[i]) + static_cast<U>(b[i]));
-      return;
+      return apply(out, x, y, n,
+                   [](T a, T b) { return static_cast<T>(static_cast<U>(a) + static_cast<U>(b)); });
     case Op::kProd:
-      for (std::size_t i = 0; i < n; ++i) a[i] = static_cast<T>(static_cast<U>(a[i]) * static_cast<U>(b[i]));
-      return;
+      return apply(out, x, y, n,
+                   [](T a, T b) { return static_cast<T>(static_cast<U>(a) * static_cast<U>(b)); });
     case Op::kMin:
-      for (std::size_t i = 0; i < n; ++i) a[i] = b[i] < a[i] ? b[i] : a[i];
-      return;
+      return apply(out, x, y, n, [](T a, T b) { return b < a ? b : a; });
     case Op::kMax:
-      for (std::size_t i = 0; i < n; ++i) a[i] = b[i] > a[i] ? b[i] : a[i];
-      return;
+      return apply(out, x, y, n, [](T a, T b) { return b > a ? b : a; });
   }
 }
 
 template <class T>
-void float_kernel(Op op, T* __restrict a, const T* __restrict b, std::size_t n) {
+void float_kernel(Op op, T* out, const T* x, const T* y, std::size_t n) {
   switch (op) {
     case Op::kSum:
-      for (std::size_t i = 0; i < n; ++i) a[i] += b[i];
-      return;
+      return apply(out, x, y, n, [](T a, T b) { return a + b; });
     case Op::kProd:
-      for (std::size_t i = 0; i < n; ++i) a[i] *= b[i];
-      return;
+      return apply(out, x, y, n, [](T a, T b) { return a * b; });
     case Op::kMin:
-      for (std::size_t i = 0; i < n; ++i) a[i] = b[i] < a[i] ? b[i] : a[i];
-      return;
+      return apply(out, x, y, n, [](T a, T b) { return b < a ? b : a; });
     case Op::kMax:
-      for (std::size_t i = 0; i < n; ++i) a[i] = b[i] > a[i] ? b[i] : a[i];
-      return;
+      return apply(out, x, y, n, [](T a, T b) { return b > a ? b : a; });
   }
 }
 
@@ -111,46 +121,60 @@ inline float combine(Op op, float x, float y) {
 // Blocks of 256 widened into float32 scratch so the float loop vectorises.
 constexpr std::size_t kBlock = 256;
 
-void half_kernel(Op op, _Float16* a, const _Float16* b, std::size_t n) {
+void half_kernel(Op op, _Float16* out, const _Float16* x, const _Float16* y, std::size_t n) {
   float fa[kBlock], fb[kBlock];
   for (std::size_t base = 0; base < n; base += kBlock) {
     const std::size_t m = n - base < kBlock ? n - base : kBlock;
-    for (std::size_t i = 0; i < m; ++i) fa[i] = static_cast<float>(a[base + i]);
-    for (std::size_t i = 0; i < m; ++i) fb[i] = static_cast<float>(b[base + i]);
-    float_kernel<float>(op, fa, fb, m);
+    for (std::size_t i = 0; i < m; ++i) fa[i] = static_cast<float>(x[base + i]);
+    for (std::size_t i = 0; i < m; ++i) fb[i] = static_cast<float>(y[base + i]);
+    float_kernel<float>(op, fa, fa, fb, m);
     // The conversion rounds to nearest even (IEEE default rounding).
-    for (std::size_t i = 0; i < m; ++i) a[base + i] = static_cast<_Float16>(fa[i]);
+    for (std::size_t i = 0; i < m; ++i) out[base + i] = static_cast<_Float16>(fa[i]);
   }
 }
 
-void bf16_kernel(Op op, std::uint16_t* a, const std::uint16_t* b, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) a[i] = float_to_bf16(combine(op, bf16_to_float(a[i]), bf16_to_float(b[i])));
+void bf16_kernel(Op op, std::uint16_t* out, const std::uint16_t* x, const std::uint16_t* y,
+                 std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = float_to_bf16(combine(op, bf16_to_float(x[i]), bf16_to_float(y[i])));
 }
 
 }  // namespace
 
 void reduce_into(DType dt, Op op, void* inout, const void* in, std::size_t count) {
+  reduce_pair(dt, op, inout, inout, in, count);
+}
+
+void reduce_pair(DType dt, Op op, void* out, const void* x, const void* y, std::size_t count) {
   switch (dt) {
     case DType::kInt8:
-      return int_kernel<std::int8_t, std::uint8_t>(op, static_cast<std::int8_t*>(inout),
-                                                   static_cast<const std::int8_t*>(in), count);
+      return int_kernel<std::int8_t, std::uint8_t>(op, static_cast<std::int8_t*>(out),
+                                                   static_cast<const std::int8_t*>(x),
+                                                   static_cast<const std::int8_t*>(y), count);
     case DType::kUInt8:
-      return int_kernel<std::uint8_t, unsigned>(op, static_cast<std::uint8_t*>(inout),
-                                                static_cast<const std::uint8_t*>(in), count);
+      return int_kernel<std::uint8_t, unsigned>(op, static_cast<std::uint8_t*>(out),
+                                                static_cast<const std::uint8_t*>(x),
+                                                static_cast<const std::uint8_t*>(y), count);
     case DType::kInt32:
-      return int_kernel<std::int32_t, std::uint32_t>(op, static_cast<std::int32_t*>(inout),
-                                                     static_cast<const std::int32_t*>(in), count);
+      return int_kernel<std::int32_t, std::uint32_t>(op, static_cast<std::int32_t*>(out),
+                                                     static_cast<const std::int32_t*>(x),
+                                                     static_cast<const std::int32_t*>(y), count);
     case DType::kInt64:
-      return int_kernel<std::int64_t, std::uint64_t>(op, static_cast<std::int64_t*>(inout),
-                                                     static_cast<const std::int64_t*>(in), count);
+      return int_kernel<std::int64_t, std::uint64_t>(op, static_cast<std::int64_t*>(out),
+                                                     static_cast<const std::int64_t*>(x),
+                                                     static_cast<const std::int64_t*>(y), count);
     case DType::kFloat16:
-      return half_kernel(op, static_cast<_Float16*>(inout), static_cast<const _Float16*>(in), count);
+      return half_kernel(op, static_cast<_Float16*>(out), static_cast<const _Float16*>(x),
+                         static_cast<const _Float16*>(y), count);
     case DType::kBFloat16:
-      return bf16_kernel(op, static_cast<std::uint16_t*>(inout), static_cast<const std::uint16_t*>(in), count);
+      return bf16_kernel(op, static_cast<std::uint16_t*>(out), static_cast<const std::uint16_t*>(x),
+                         static_cast<const std::uint16_t*>(y), count);
     case DType::kFloat32:
-      return float_kernel<float>(op, static_cast<float*>(inout), static_cast<const float*>(in), count);
+      return float_kernel<float>(op, static_cast<float*>(out), static_cast<const float*>(x),
+                                 static_cast<const float*>(y), count);
     case DType::kFloat64:
-      return float_kernel<double>(op, static_cast<double*>(inout), static_cast<const double*>(in), count);
+      return float_kernel<double>(op, static_cast<double*>(out), static_cast<const double*>(x),
+                                  static_cast<const double*>(y), count);
   }
 }
 

@@ -41,6 +41,9 @@ const char* backend_name(BackendKind kind);
 // inout[i] = inout[i] (op) in[i] for i < count.  float16 and bfloat16 are
 // reduced in float32 and rounded to nearest even.  (collectives/src/kernels.cpp)
 void reduce_into(DType dt, Op op, void* inout, const void* in, std::size_t count);
+// out[i] = x[i] (op) y[i]: reduce_into with the result elsewhere.  `out`
+// may be `x`; otherwise no two of them overlap.
+void reduce_pair(DType dt, Op op, void* out, const void* x, const void* y, std::size_t count);
 
 // One member of a group, by group rank.
 struct Member {

@@ -76,20 +76,30 @@ Status StoreGroup::reduce_to(const char* in, char* out, std::size_t count, DType
   if (root < 0 && shm_->cma() && bytes >= cma_min) return allreduce_cma(in, out, count, dt, op);
   // Reduce-scatter + allgather per chunk: each rank reduces one slice of the
   // chunk (its own data first, then the others in rank order) into its own
-  // half, then the ranks that want the result copy all slices out.
+  // half, then the ranks that want the result copy all slices out.  Only
+  // the slices the others reduce are copied in: this rank's own is read
+  // where it lies, and its half takes the result (at 2 ranks 4.5 passes
+  // over the chunk's bytes instead of 5.5).
   const std::size_t chunk = chunk_elems(tun_.allreduce_chunk, tun_.allreduce_round_bytes, ds);
   for (std::size_t off = 0; off < count; off += chunk) {
     const std::size_t n = std::min(chunk, count - off);
     const int h = begin_round();
     if (!ok_) return broken_;
-    copy_block(slot(rank_, h), in + off * ds, n * ds);
+    for (int q = 0; q < size_; ++q) {
+      auto [qlo, qhi] = slice(n, ds, q);
+      if (q != rank_ && qhi > qlo)
+        copy_block(slot(rank_, h) + qlo * ds, in + (off + qlo) * ds, (qhi - qlo) * ds);
+    }
     const std::uint64_t a = publish();
     auto [lo, hi] = slice(n, ds, rank_);
+    const char* acc = in + (off + lo) * ds;
     for (int i = 1; i < size_; ++i) {
       const int q = (rank_ + i) % size_;
       ACCRUN_RETURN_IF_ERROR(guard(wait_one(q, a)));
       if (off == 0) ACCRUN_RETURN_IF_ERROR(check_box_sig(q, h));
-      if (hi > lo) reduce_into(dt, op, slot(rank_, h) + lo * ds, slot(q, h) + lo * ds, hi - lo);
+      if (hi > lo)
+        reduce_pair(dt, op, slot(rank_, h) + lo * ds, acc, slot(q, h) + lo * ds, hi - lo);
+      acc = slot(rank_, h) + lo * ds;
     }
     const std::uint64_t b = publish();
     for (int i = 0; i < size_ && wants; ++i) {
