@@ -183,11 +183,17 @@ class StoreGroup final : public Backend {
   // Rank q's slice of an n-element chunk, in cache-line multiples.
   std::pair<std::size_t, std::size_t> slice(std::size_t n, std::size_t ds, int q) const;
   // out = part(0) op part(1) op ... op part(size_ - 1), in rank order, so
-  // every rank reducing the same parts gets bit-identical results.
+  // every rank reducing the same parts gets bit-identical results.  out may
+  // be part(0) and overlaps no other part; the first two parts are reduced
+  // straight into it (no pass copying part(0) there first).
   template <class Part>
   void reduce_parts(DType dt, Op op, void* out, std::size_t count, Part part) const {
-    std::memcpy(out, part(0), count * dtype_size(dt));
-    for (int q = 1; q < size_; ++q) reduce_into(dt, op, out, part(q), count);
+    if (size_ == 1) {
+      if (out != part(0)) std::memcpy(out, part(0), count * dtype_size(dt));
+      return;
+    }
+    reduce_pair(dt, op, out, part(0), part(1), count);
+    for (int q = 2; q < size_; ++q) reduce_into(dt, op, out, part(q), count);
   }
   Status wait_all(std::uint64_t v);
   // Member q's control line (wait_one) or box h (wait_box) at v, in a round

@@ -2,6 +2,7 @@
 // reducescatter.  Every rank reduces the parts in rank order, so all ranks
 // get bit-identical results.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -201,22 +202,32 @@ Status StoreGroup::reducescatter(const void* send, void* recv, std::size_t recv_
     return Status::ok();
   }
   sign(Coll::kReducescatter, recv_count, dt, op, -1);
-  // Each round packs this rank's contribution to every rank's block into
-  // its half; rank r then reduces block r of every half.  In place, the
-  // result lands at the start of recv; each round reads the input before
-  // any output of that range is written.
+  // Each round packs this rank's contribution to every other rank's block
+  // into its half; rank r then reduces block r of every half, its own
+  // contribution read where it lies.  In place, the result lands at the
+  // start of recv; each round reads the input before any output of that
+  // range is written (rank 0's own block is that range itself).  Where the
+  // result goes over this rank's own block anywhere else (in place as NCCL
+  // has it, recv == send + rank x recv_count, which the NCCL backend's
+  // staging passes on), that block is packed too, before the round writes.
+  const std::uintptr_t own = reinterpret_cast<std::uintptr_t>(in) + rank_ * recv_count * ds;
+  const std::uintptr_t res = reinterpret_cast<std::uintptr_t>(out), len = recv_count * ds;
+  const bool direct = !(res < own + len && own < res + len) || (rank_ == 0 && res == own);
   const std::size_t chunk = std::max<std::size_t>(1, shm_->half() / ds / static_cast<std::size_t>(size_));
   for (std::size_t off = 0; off < recv_count; off += chunk) {
     const std::size_t n = std::min(chunk, recv_count - off);
     const int h = begin_round();
     if (!ok_) return broken_;
     for (int q = 0; q < size_; ++q)
-      copy_block(slot(rank_, h) + q * n * ds, in + (q * recv_count + off) * ds, n * ds);
+      if (q != rank_ || !direct)
+        copy_block(slot(rank_, h) + q * n * ds, in + (q * recv_count + off) * ds, n * ds);
     const std::uint64_t v = publish();
     ACCRUN_RETURN_IF_ERROR(guard(wait_all(v)));
     if (off == 0) ACCRUN_RETURN_IF_ERROR(check_all_sigs(h));
     char* dst = out + off * ds;
-    reduce_parts(dt, op, dst, n, [&](int q) { return slot(q, h) + rank_ * n * ds; });
+    reduce_parts(dt, op, dst, n, [&](int q) -> const char* {
+      return q == rank_ && direct ? in + (q * recv_count + off) * ds : slot(q, h) + rank_ * n * ds;
+    });
     end_round();
   }
   return Status::ok();
