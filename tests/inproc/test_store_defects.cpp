@@ -294,6 +294,38 @@ TEST(StoreMismatch, ABroadcastMetByAnAllreduceFailsEveryMemberAtOnce) {
   }
 }
 
+// A reduce-scatter met by an allreduce over the same input: the bytes each
+// member puts in are the same, only what it takes out differs, so the
+// signatures alone tell the calls apart.  Small (the box; across hosts, the
+// same reduce inside each host, where only the signature the member across
+// hosts gives it tells them apart) and chunked (lanes across hosts); one
+// host, and two hosts with one of each call on the first.
+TEST(StoreMismatch, AReduceScatterMetByAnAllreduceFailsEveryMember) {
+  for (const std::string hosts : {"", "aabb"}) {
+    for (std::size_t n : {std::size_t{4}, std::size_t{100'000}}) {
+      World w;
+      const auto start = Clock::now();
+      const int m = hosts.empty() ? 2 : static_cast<int>(hosts.size());
+      const GroupSpec g = spec("rsar", m, 10'000);
+      w.run(hosts.empty() ? g : on_hosts(g, hosts), [&](int r, Backend& b) {
+        const std::size_t whole = n * static_cast<std::size_t>(m);
+        std::vector<float> in(whole, 1.0f), out(whole);
+        Status s =
+            r != 1 ? b.allreduce(in.data(), out.data(), whole, DType::kFloat32, Op::kSum, nullptr)
+                   : b.reducescatter(in.data(), out.data(), n, DType::kFloat32, Op::kSum, nullptr);
+        if (s.is_ok()) s = b.barrier();
+        EXPECT_EQ(s.code(), Code::kInvalidUsage)
+            << hosts << " n " << n << ", rank " << r << ": " << s.message();
+        if (r <= 1) {
+          EXPECT_TRUE(has(s, "reducescatter of " + std::to_string(n) + " float32 per rank"))
+              << s.message();
+        }
+      });
+      EXPECT_LT(Clock::now() - start, std::chrono::seconds(3)) << hosts << " n " << n;
+    }
+  }
+}
+
 // A correct program whose members leave a call at different times: a
 // reduce's non-roots go on to the next broadcast while a slow member has
 // not reached the reduce, and the root waiting for it must not take the

@@ -108,6 +108,10 @@ Wait StoreGroup::wait_spec() const {
 
 void StoreGroup::sign(Coll c, std::size_t count, DType dt, Op op, int root) {
   shm_->sleep_in_waits(count * dtype_size(dt) >= tun_.across_sleep_min);  // (where there is a doorbell)
+  if (outer_coll_ != Coll{}) {
+    c = outer_coll_;
+    count = outer_count_;
+  }
   // (A broadcast stamps its own number in, broadcast.cpp.)
   sig_[0] = count | (c == Coll::kBroadcast ? 0 : (bcast_calls_ & 0xffff) << kCallShift);
   if (outer_root_ != kNoOuterRoot) root = outer_root_;

@@ -131,6 +131,22 @@ class StoreGroup final : public Backend {
   // signed into this group's calls until changed in place of their local
   // root: members of a host that disagree on a root elsewhere fail too.
   void sign_root_as(int root) { outer_root_ = root; }
+  enum class Coll : std::uint8_t {
+    kAllreduce = 1,
+    kReduce,
+    kBroadcast,
+    kAllgather,
+    kReducescatter
+  };
+  // The call a hierarchical group's member makes (c and its count; c 0:
+  // none), signed into this group's calls until changed in place of their
+  // own kind and count: an allreduce and a reducescatter are the same
+  // reduce inside a host, and members of a host that call one each would
+  // otherwise agree there.
+  void sign_call_as(Coll c, std::size_t count) {
+    outer_coll_ = c;
+    outer_count_ = count;
+  }
   // Where this member is in the group across hosts (Ctrl::outer_call,
   // Ctrl::across_since_ns), for its host's members' timeout messages.
   void note_outer_call(std::uint64_t call);
@@ -140,8 +156,6 @@ class StoreGroup final : public Backend {
   void note_across(bool waiting);
 
  private:
-  enum class Coll : std::uint8_t { kAllreduce = 1, kReduce, kBroadcast, kAllgather, kReducescatter };
-
   // ---- argument checks and error state (group.cpp)
   Status enter(const char* op, void* stream);
   Status check_p2p(const char* op, void* stream, int peer);
@@ -281,6 +295,8 @@ class StoreGroup final : public Backend {
   static constexpr int kRootsShift = 32;
   static constexpr int kNoOuterRoot = -2;
   int outer_root_ = kNoOuterRoot;  // sign_root_as
+  Coll outer_coll_{};              // sign_call_as
+  std::size_t outer_count_ = 0;
   // Fails when the root has posted broadcast `call` (or, for a chunk past
   // the first, a later one) while `ready` still says this member's place
   // for it is empty: the root's call went another way.

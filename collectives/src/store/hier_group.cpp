@@ -206,6 +206,7 @@ Status HierGroup::enter(const char* op, void* stream, bool collective) {
   }
   if (!broken_.is_ok()) return broken_;
   local_->sign_root_as(-1);  // reduce and broadcast name theirs
+  local_->sign_call_as(StoreGroup::Coll{}, 0);  // allreduce and reducescatter theirs
   if (stream != nullptr)
     return invalid_argument("group '" + name_ + "': " + op + ": the store backend works on host memory; stream must be NULL");
   if (collective && depth_ > 0)
@@ -609,6 +610,7 @@ Status HierGroup::allreduce(const void* send, void* recv, std::size_t count, DTy
   ACCRUN_RETURN_IF_ERROR(enter("allreduce", stream, true));
   ACCRUN_RETURN_IF_ERROR(check_count(count, 1, dt));
   if (count > 0 && (send == nullptr || recv == nullptr)) return invalid_argument("group '" + name_ + "': allreduce: a NULL buffer");
+  local_->sign_call_as(StoreGroup::Coll::kAllreduce, count);
   return allreduce_as(Sig{kAllreduce, static_cast<std::uint32_t>(dt),
                           static_cast<std::uint32_t>(op), -1, count, calls_},
                       send, recv, count, dt, op);
@@ -830,7 +832,9 @@ Status HierGroup::reducescatter(const void* send, void* recv, std::size_t recv_c
     return invalid_argument("group '" + name_ + "': reducescatter: a NULL buffer");
   const std::size_t ds = dtype_size(dt);
   char* const all = tmp_.get(recv_count * static_cast<std::size_t>(size_) * ds);
-  // One collective call, signed as the reducescatter it is.
+  // One collective call, signed as the reducescatter it is, inside the
+  // host too.
+  local_->sign_call_as(StoreGroup::Coll::kReducescatter, recv_count);
   ACCRUN_RETURN_IF_ERROR(allreduce_as(Sig{kReducescatter, static_cast<std::uint32_t>(dt),
                                           static_cast<std::uint32_t>(op), -1, recv_count, calls_},
                                       send, all, recv_count * static_cast<std::size_t>(size_), dt,
