@@ -709,6 +709,13 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
         if (Status s = w.also(); !s) return ready() ? Status::ok() : s;
       }
       if (now >= w.deadline) {
+        // What is in the sockets already (a connection still to be
+        // accepted, its hello, then its message) is read before the wait
+        // is called out: a wait of no time at all (why a send failed) or
+        // one whose thread lost the CPU for longer than it had left may
+        // have looked only once.
+        for (int i = 0; i < 16 && !ready(); ++i) progress(0);
+        if (ready()) return Status::ok();
         return timeout_error("group '" + name_ + "': " + w.op + ": waited " + std::to_string(w.timeout_ms) +
                              " ms for " + what +
                              (peer >= 0 ? " from " + describe(peer) + " (" + link_state(peer) + ")" : std::string()));
