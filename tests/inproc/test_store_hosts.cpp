@@ -1491,6 +1491,35 @@ TEST(StoreHostsTcp, AReceiveThatTimesOutSaysHowFarItsLinkGot) {
   EXPECT_EQ(s.message().find("no longer names"), std::string::npos) << s.message();
 }
 
+// A wait given a look gap (a broadcast's reader between hosts) pauses that
+// long between its looks at the socket while it spins: in its 200 us of
+// spinning for a message that comes later, 10 us apart, at most 21 looks,
+// where one without a gap looks as fast as its system calls go (80-150
+// looks here).  The message still arrives whole.
+TEST(StoreHostsTcp, AWaitWithALookGapLooksAtItsSocketThatMuchLessOften) {
+  ForgedPeers p;
+  ASSERT_NO_FATAL_FAILURE(p.first_message());
+  std::uint64_t looks[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    const std::string body = k == 0 ? "none" : "10 us";
+    std::thread late([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      p.frame(static_cast<std::uint32_t>(k + 1), body.size(), body);
+    });
+    store::Wait w = wait_ms(5000);
+    if (k == 1) w.look_gap = std::chrono::microseconds(10);
+    const std::uint64_t before = p.links()->looks();
+    char in[8] = {};
+    std::size_t got = 0;
+    Status s = p.links()->recv(0, store::HostLinks::kP2p, in, sizeof in, &got, w);
+    looks[k] = p.links()->looks() - before;
+    late.join();
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    EXPECT_EQ(std::string(in, got), body);
+  }
+  EXPECT_LE(looks[1], 200u / 10 + 1) << "without a gap: " << looks[0] << " looks";
+}
+
 // A link's descriptor that something else in the process closed, its
 // number then taken by another socket, is named as such by a receive that
 // times out (the link's bytes would go to, or come from, that other one).

@@ -94,6 +94,7 @@ HierGroup::HierGroup(const GroupContext& ctx, const Tuning& t)
   local_ = std::make_unique<StoreGroup>(local, t, true);
   pair_buffer_max_ = t.pair_buffer_max;
   sleep_min_ = t.across_sleep_min;
+  reader_gap_ = std::chrono::nanoseconds(t.across_reader_gap_ns);
 }
 
 HierGroup::~HierGroup() {
@@ -591,7 +592,9 @@ Status HierGroup::leaders_broadcast(char* buf, std::size_t bytes, int root_host)
   int bit = 1;
   for (; bit < hosts; bit <<= 1) {
     if ((pos & bit) != 0) {
-      ACCRUN_RETURN_IF_ERROR(lrecv((root_host + pos - bit) % hosts, buf, bytes, w));
+      Wait reader = w;
+      reader.look_gap = reader_gap_;
+      ACCRUN_RETURN_IF_ERROR(lrecv((root_host + pos - bit) % hosts, buf, bytes, reader));
       break;
     }
   }

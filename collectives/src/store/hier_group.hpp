@@ -194,6 +194,7 @@ class HierGroup final : public Backend {
   std::unique_ptr<StoreGroup> local_;
   std::size_t pair_buffer_max_ = 0;       // Tuning::pair_buffer_max, towards each member of another host
   std::size_t sleep_min_ = 0;             // Tuning::across_sleep_min
+  std::chrono::nanoseconds reader_gap_{0};  // Tuning::across_reader_gap_ns
   std::unique_ptr<HostLinks> links_;      // to the other hosts: tcp or libfabric
   Sig sig_;
   Sig prev_sig_;  // the call before (a broadcast's root, against a late message)

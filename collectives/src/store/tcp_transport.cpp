@@ -737,6 +737,10 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
       look(peer);
       sched_yield();
     } else if (spin_ && now - spun_from < std::chrono::microseconds(200)) {
+      if (w.look_gap.count() > 0) {  // (a broadcast's reader: Tuning::across_reader_gap_ns)
+        const auto until = now + w.look_gap;
+        while (Clock::now() < until) ACCRUN_CPU_RELAX();
+      }
       look(peer);
     } else {
       progress(remaining_ms(w, 50));
@@ -748,6 +752,7 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
 // less than a poll of every socket; the others (and the listener) are looked
 // at every 16th turn, counted across calls.
 void TcpTransport::look(int peer) {
+  ++looks_;
   const Link& l = links_[static_cast<std::size_t>(std::max(peer, 0))];
   if (peer >= 0 && l.in_fd >= 0 && !l.in_closed && (++spin_turn_ & 15) != 0) {
     read_link(peer);

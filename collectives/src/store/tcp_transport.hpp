@@ -110,6 +110,9 @@ class TcpTransport final : public Transport, public HostLinks {
   // Bytes read from peer's connection that no receive has taken yet: whole
   // messages waiting, the one being read, and what is staged unparsed.
   std::size_t buffered(int peer) const;
+  // How many looks at the sockets this member's waits took while they
+  // spun, so far (a look is a recv or a poll).
+  std::uint64_t looks() const { return looks_; }
   // The lower rank of each pair connects, the higher waits for it: one
   // connection per pair, whoever sends first.
   Status pair_up(const std::vector<int>& peers, const Wait& w) override;
@@ -292,6 +295,7 @@ class TcpTransport final : public Transport, public HostLinks {
   AcceptPause accept_pause_;
   std::vector<std::unique_ptr<TaggedChannel>> channels_;
   unsigned spin_turn_ = 0;  // wait_for's spins, across calls (the caller's thread)
+  std::uint64_t looks_ = 0;       // look()'s calls (the caller's thread)
   std::vector<pollfd> poll_fds_;  // progress()'s, kept between calls
   // The storage of the largest message taken so far that had come before
   // its receive was posted, for the next such message (the caller's

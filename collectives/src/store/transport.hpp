@@ -72,6 +72,11 @@ struct Wait {
   // gave up on a dead member, and keeps its process and group, would
   // otherwise wait until the deadline.
   bool watch_members = false;
+  // A wait with nothing else to do (a broadcast's reader): the pause
+  // between its looks at the socket, where it spins
+  // (Tuning::across_reader_gap_ns).  Transports that do not look by
+  // system calls ignore it.
+  std::chrono::nanoseconds look_gap{0};
 };
 
 // A link from this rank to one peer.  Calls come from one thread at a time
