@@ -66,10 +66,10 @@ struct Tuning {
   // rank.  Every look is a system call on the socket the sender is
   // delivering into, and over veth the sender's CPU runs that delivery;
   // messages that come meanwhile are taken in one read.  2 hosts x 1 rank,
-  // 8 B-1 KiB, against Open MPI in the same launch: 0.99-1.07 looking
-  // without pause, 0.94-0.99 with 3 us, in 3 pairs of launches; at most 3 us
-  // more for a single broadcast, whose one-way trip takes 7.4 us (Open
-  // MPI's 11.2 us).  0: look without pause.
+  // 8 B-1 KiB, against Open MPI in the same launch: 0.975-1.068 looking
+  // without pause, 0.942-0.992 with 3 us (benchmarks/README.md); at most
+  // 3 us more for a single broadcast, whose one-way trip takes 7.4 us
+  // (Open MPI's 11.2 us).  0: look without pause.
   int across_reader_gap_ns = 3000;
   // From this size, allreduce on a host with more ranks than CPUs reads
   // the peers' user buffers directly with process_vm_readv (single copy,

@@ -110,8 +110,8 @@ class TcpTransport final : public Transport, public HostLinks {
   // Bytes read from peer's connection that no receive has taken yet: whole
   // messages waiting, the one being read, and what is staged unparsed.
   std::size_t buffered(int peer) const;
-  // How many looks at the sockets this member's waits took while they
-  // spun, so far (a look is a recv or a poll).
+  // How many looks (look(): a recv on the awaited link, every 16th a
+  // poll of every socket) this member's waits took so far.
   std::uint64_t looks() const { return looks_; }
   // The lower rank of each pair connects, the higher waits for it: one
   // connection per pair, whoever sends first.
