@@ -13,27 +13,28 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <algorithm>
-#include <cstdlib>
-#include <mutex>
-#include <random>
 #include <fstream>
 #include <functional>
+#include <mutex>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../unit/loopback.hpp"
 #include "accrun/config.h"
 #include "store/host_links.hpp"
 #include "store/store_backend.hpp"
 #include "store/tcp_transport.hpp"
 #include "store/wait.hpp"
-#include "../unit/loopback.hpp"
 #include "store_harness.hpp"
 
 namespace accrun::collectives::testing {
@@ -1233,6 +1234,90 @@ TEST(StoreHostsTcp, AReceiverKeepsAtMostTheBoundOfMessagesItDidNotAskFor) {
       ASSERT_TRUE(in == bytes_of(k, kBytes)) << "message " << k;
     }
     for (int q = 1; q < 4; ++q) ASSERT_TRUE(links.send(q, HostLinks::kP2p, &done, 1, wait).is_ok());
+  });
+}
+
+// A flush whose bytes move leaves the messages nobody asked for yet in
+// their sockets.  A chain's broadcast flushing towards the next host read
+// the previous host's next call that way, into storage of the transport's
+// own (then copied again), in nearly every call of a run of calls.  Rank 0
+// sends 40 calls of 8 chunks of 512 KiB to rank 1 without waiting for it;
+// rank 1 passes each chunk to rank 2 as it comes and flushes at the end of
+// each call, as a chain's middle host does; rank 2 takes its time.  (A flush whose bytes stand
+// still for kHoldStill reads everything: on a loaded machine that may
+// happen in a call or two.)
+TEST(StoreHostsTcp, AFlushWhoseBytesMoveLeavesUnaskedMessagesInTheirSockets) {
+  constexpr int kCalls = 40, kChunks = 8;
+  constexpr std::size_t kChunk = 512 << 10;
+  std::uint64_t unasked = 0;
+  with_links("tcp", "flush-holds", [&](int r, store::HostLinks& links, const store::Wait& wait) {
+    using store::HostLinks;
+    std::vector<char> buf(kChunks * kChunk);
+    std::string head;
+    bool placed = false;
+    char done = 0;
+    std::size_t got = 0;
+    for (int c = 0; c < kCalls && r < 3; ++c) {
+      if (r == 0) std::fill(buf.begin(), buf.end(), static_cast<char>(c));
+      for (int k = 0; k < kChunks; ++k) {
+        char* chunk = buf.data() + k * kChunk;
+        const std::uint64_t tag = static_cast<std::uint64_t>(c * kChunks + k);
+        if (r > 0) {
+          ASSERT_TRUE(links
+                          .recv_split(r - 1, HostLinks::kCollective, sizeof tag, chunk, kChunk,
+                                      &head, &placed, wait)
+                          .is_ok());
+          ASSERT_EQ(head.size(), sizeof tag);
+          ASSERT_TRUE(placed) << "call " << c << " chunk " << k;
+          ASSERT_EQ(chunk[kChunk - 1], static_cast<char>(c));
+          // The end of the chain the slowest, as a host that broadcasts
+          // inside after it: rank 1 waits in its flushes, rank 0 runs ahead.
+          if (r == 2) std::this_thread::sleep_for(std::chrono::microseconds(500));
+        }
+        if (r < 2) {
+          ASSERT_TRUE(
+              links
+                  .send2(r + 1, HostLinks::kCollective, &tag, sizeof tag, chunk, kChunk, wait, true)
+                  .is_ok());
+        }
+      }
+      if (r < 2) {
+        ASSERT_TRUE(links.flush_link(r + 1, wait).is_ok());
+      }
+    }
+    if (r == 1) unasked = dynamic_cast<store::TcpTransport&>(links).unasked();
+    // Nobody leaves before rank 2 has everything.
+    if (r == 2) {
+      for (int q : {0, 1, 3}) ASSERT_TRUE(links.send(q, HostLinks::kP2p, &done, 1, wait).is_ok());
+    } else {
+      ASSERT_TRUE(links.recv(2, HostLinks::kP2p, &done, 1, &got, wait).is_ok());
+    }
+  });
+  EXPECT_LE(unasked, std::uint64_t{kCalls / 10} * kChunks * (kChunk + 8))
+      << "rank 1 read " << unasked / (kChunk + 8) << " of rank 0's " << kCalls * kChunks
+      << " chunks before it asked for them";
+}
+
+// The other side of the above: members that each flush more than the
+// sockets hold towards the other before either receives wait for each other
+// to read, so each reads again once its bytes stand still.
+TEST(StoreHostsTcp, MembersFlushingMoreThanTheSocketsHoldToEachOtherBothFinish) {
+  constexpr std::size_t kBytes = std::size_t{32} << 20;
+  with_links("tcp", "flush-both", [&](int r, store::HostLinks& links, const store::Wait& wait) {
+    using store::HostLinks;
+    if (r > 1) return;
+    const int peer = 1 - r;
+    const auto data = bytes_of(r, kBytes);
+    const auto t0 = Clock::now();
+    ASSERT_TRUE(links.send(peer, HostLinks::kP2p, data.data(), kBytes, wait).is_ok());
+    Status s = links.flush_link(peer, wait);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    std::vector<char> in(kBytes);
+    std::size_t got = 0;
+    s = links.recv(peer, HostLinks::kP2p, in.data(), kBytes, &got, wait);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    ASSERT_TRUE(in == bytes_of(peer, kBytes));
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
   });
 }
 

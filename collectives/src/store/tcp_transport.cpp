@@ -23,6 +23,7 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include "accrun/accept_pause.hpp"
 #include "accrun/log.hpp"
@@ -369,8 +370,38 @@ void TcpTransport::unborrow() {
   }
 }
 
+// While its bytes move, a flush reads no link that has no posted receive:
+// what comes on one is the peer's next message, sent before this member
+// asked for it (the host before it in a broadcast's chain, already in the
+// next call).  Left in the socket, it goes straight to the receive posted
+// for it later; read now, it would go to storage of the transport's own and
+// be copied from there, costing the host a pass over memory more, at a time
+// the host's CPUs move this flush's bytes.  A flush whose sends stand still
+// for kHoldStill reads everything again (wait_for): the peer may be waiting
+// for this member to read before it reads (each flushing to the other).
+// (Sends stand still for milliseconds anyway while a receiver copies tens
+// of MiB out of its socket in one read, before it opens its window.)
+class TcpTransport::Holding {
+ public:
+  explicit Holding(TcpTransport& t) : t_(t) { t_.holding_ = true; }
+  ~Holding() { t_.holding_ = false; }
+  Holding(const Holding&) = delete;
+  Holding& operator=(const Holding&) = delete;
+
+ private:
+  TcpTransport& t_;
+};
+
+std::uint64_t TcpTransport::bytes_out() const {
+  std::lock_guard<std::mutex> g(out_mu_);
+  std::uint64_t n = 0;
+  for (const Link& l : links_) n += l.out_bytes;
+  return n;
+}
+
 Status TcpTransport::flush_link(int peer, const Wait& w) {
   Link& l = links_[static_cast<std::size_t>(peer)];
+  const Holding hold(*this);
   ACCRUN_RETURN_IF_ERROR(wait_for(
       [&] {
         std::lock_guard<std::mutex> g(out_mu_);
@@ -524,7 +555,7 @@ Status TcpTransport::recv_message(int peer, Tag tag, std::string* out, const Wai
 }
 
 // A split's message that came whole before its receive was posted: its
-// data goes to `dest` now, and its storage to spare_.
+// data goes to `dest` now, and its storage to spares_.
 void TcpTransport::place_split(std::string* head, bool* placed, char* dest, std::size_t keep, std::size_t len) {
   if (*placed || head->size() != keep + len) return;
   std::memcpy(dest, head->data() + keep, len);
@@ -539,7 +570,36 @@ void TcpTransport::place_split(std::string* head, bool* placed, char* dest, std:
 }
 
 void TcpTransport::recycle(std::string&& bytes) {
-  if (bytes.capacity() > std::max<std::size_t>(spare_.capacity(), kStageBytes)) spare_ = std::move(bytes);
+  if (bytes.capacity() <= kStageBytes) return;
+  const auto at = std::find_if(spares_.begin(), spares_.end(), [&](const std::string& s) {
+    return s.capacity() < bytes.capacity();
+  });
+  spares_.insert(at, std::move(bytes));
+  // The largest stays; the others while they fit the bounds.
+  std::size_t others = 0, i = 1;
+  for (; i < spares_.size() && i <= kSpares; ++i) {
+    if (others + spares_[i].capacity() > kSpareBytes) break;
+    others += spares_[i].capacity();
+  }
+  spares_.resize(std::min(i, spares_.size()));
+}
+
+std::string TcpTransport::storage(std::size_t keep) {
+  std::string s;
+  if (keep > kStageBytes) {
+    // The smallest spare that holds it.  A spare keeps the size of its last
+    // message: shrinking to this one's writes nothing, and growing fills
+    // only the rest.
+    for (std::size_t i = spares_.size(); i-- > 0;) {
+      if (spares_[i].capacity() < keep) continue;
+      s = std::move(spares_[i]);
+      spares_.erase(spares_.begin() + static_cast<std::ptrdiff_t>(i));
+      s.resize(keep);
+      return s;
+    }
+  }
+  s.assign(keep, '\0');
+  return s;
 }
 
 Status TcpTransport::recv_split(int peer, Tag tag, std::size_t keep, char* dest, std::size_t len,
@@ -632,6 +692,7 @@ std::size_t TcpTransport::buffered(int peer) const {
 }
 
 Status TcpTransport::flush(const Wait& w) {
+  const Holding hold(*this);
   ACCRUN_RETURN_IF_ERROR(wait_for(
       [&] {
         std::lock_guard<std::mutex> g(out_mu_);
@@ -655,6 +716,8 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
   auto spun_from = start;
   std::uint64_t seen = peer >= 0 ? links_[static_cast<std::size_t>(peer)].in_bytes : 0;
   watch_all = watch_all || w.watch_members;
+  std::uint64_t sent = holding_ ? bytes_out() : 0;
+  auto moved = start;  // when they last did
   for (;;) {
     if (ready()) return Status::ok();
     const auto now = Clock::now();
@@ -664,6 +727,14 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
     }
     if (now >= next_check) {
       next_check = now + kPeerCheck;
+      if (holding_) {  // (a flush's: Holding)
+        const std::uint64_t out = bytes_out();
+        if (out != sent) moved = now;
+        sent = out;
+        if (now - moved >= kHoldStill) holding_ = false;
+      }
+      // (The looks below, at what peers left behind, read every link.)
+      const bool held = std::exchange(holding_, false);
       if ((peer >= 0 || watch_all) && peers_ != nullptr) {
         for (std::size_t q = 0; q < members_.size(); ++q) {
           if (static_cast<int>(q) != peer && (!watch_all || static_cast<int>(q) == rank_)) continue;
@@ -720,6 +791,7 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
                              " ms for " + what +
                              (peer >= 0 ? " from " + describe(peer) + " (" + link_state(peer) + ")" : std::string()));
       }
+      holding_ = held;
     }
     // Non-blocking looks until 200 µs pass without bytes from the awaited
     // peer (spun_from; an answer between hosts is often tens of
@@ -743,7 +815,7 @@ Status TcpTransport::wait_for(Ready ready, int peer, const Wait& w, const char* 
       }
       look(peer);
     } else {
-      progress(remaining_ms(w, 50));
+      progress(remaining_ms(w, holding_ ? 1 : 50));  // (holding: to the next check)
     }
   }
 }
@@ -946,8 +1018,9 @@ void TcpTransport::read_link(int peer) {
   // receive was posted, or of another length).  Nothing more is parsed or
   // read then; reading on would take in whatever the sender streams.
   bool posted_done = false, finished = false;
-  auto finish = [&l, &posted_done, &finished] {
+  auto finish = [this, &l, &posted_done, &finished] {
     finished = true;
+    if (l.direct == nullptr && !(l.post.active && l.in_tag == l.post.tag)) unasked_ += l.body_total;
     posted_done = posted_done || (l.post.active && l.in_tag == l.post.tag);
     l.post.done = l.post.done || posted_done;
     if (l.direct != nullptr && !l.spill.empty() && l.direct == l.spill.data()) {
@@ -1003,14 +1076,7 @@ void TcpTransport::read_link(int peer) {
         try {
           if (total > l.body.max_size() || (!matched && total > memory_bytes_))
             throw std::length_error("message length");
-          if (keep > kStageBytes && spare_.capacity() >= keep) {
-            // The spare keeps the size of its last message: shrinking to
-            // this one's writes nothing, and growing fills only the rest.
-            l.body = std::move(spare_);
-            l.body.resize(keep);
-          } else {
-            l.body.assign(keep, '\0');
-          }
+          l.body = storage(keep);
         } catch (const std::exception&) {
           refuse_input(peer, "announced a message of " + std::to_string(total) +
                                  " bytes, which this process cannot hold (the host has " +

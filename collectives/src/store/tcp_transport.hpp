@@ -113,6 +113,10 @@ class TcpTransport final : public Transport, public HostLinks {
   // How many looks (look(): a recv on the awaited link, every 16th a
   // poll of every socket) this member's waits took so far.
   std::uint64_t looks() const { return looks_; }
+  // The bytes of messages read whole into the transport's own storage, no
+  // receive posted for them while they came (each is copied again when it
+  // is taken).
+  std::uint64_t unasked() const { return unasked_; }
   // The lower rank of each pair connects, the higher waits for it: one
   // connection per pair, whoever sends first.
   Status pair_up(const std::vector<int>& peers, const Wait& w) override;
@@ -206,9 +210,11 @@ class TcpTransport final : public Transport, public HostLinks {
   // not while its inbox holds pair_buffer_max bytes (a message begun is
   // read to its end), so the bytes a receiver keeps that it did not ask for
   // are bounded as a sender's queue is, and a sender past both waits.
+  // Nor while a flush holds the links without a posted receive (holding_).
   bool reads(const Link& l) const {
     if (l.in_fd < 0 || l.in_closed) return false;
     if (l.post.active) return !l.post.done;
+    if (holding_) return false;
     return l.in_body || l.inbox_bytes < pair_buffer_max_;
   }
   struct Pending {  // an accepted connection whose hello is not complete
@@ -285,6 +291,12 @@ class TcpTransport final : public Transport, public HostLinks {
   std::uint64_t memory_bytes_;  // the host's physical memory: no message past it is held
   std::string congestion_;  // of every connection ("system": the host's default)
   bool spin_ = true;        // waits look without blocking first (not on an oversubscribed host)
+  // A flush's wait leaves in their sockets the messages nobody has posted a
+  // receive for yet, until its own sends stop moving (flush_link).
+  bool holding_ = false;
+  class Holding;
+  static constexpr std::chrono::milliseconds kHoldStill{20};
+  std::uint64_t bytes_out() const;  // every link's out_bytes (takes out_mu_)
   int listen_fd_ = -1;
   unsigned char token_[16];
   std::vector<Link> links_;
@@ -296,20 +308,28 @@ class TcpTransport final : public Transport, public HostLinks {
   std::vector<std::unique_ptr<TaggedChannel>> channels_;
   unsigned spin_turn_ = 0;  // wait_for's spins, across calls (the caller's thread)
   std::uint64_t looks_ = 0;       // look()'s calls (the caller's thread)
+  std::uint64_t unasked_ = 0;     // unasked()'s bytes (the caller's thread)
   std::vector<pollfd> poll_fds_;  // progress()'s, kept between calls
-  // The storage of the largest message taken so far that had come before
-  // its receive was posted, for the next such message (the caller's
-  // thread).  Allocated per message, a few MiB came from malloc as fresh
-  // pages each time.  Kept until the group is destroyed.
-  std::string spare_;
+  // The storage of messages taken so far that had come before their
+  // receives were posted, for the next such messages (the caller's
+  // thread): the largest, and up to kSpares more within kSpareBytes.
+  // Allocated per message, a few MiB came from malloc as fresh pages each
+  // time, written twice (zeroed, then read into), and a peer a call ahead
+  // sends several such messages at once (a chain's broadcast: a chunk
+  // each).  Kept until the group is destroyed.
+  static constexpr std::size_t kSpares = 8, kSpareBytes = std::size_t{8} << 20;
+  std::vector<std::string> spares_;  // largest first
   void recycle(std::string&& bytes);
-  // A split's message that came whole: its data to dest, its storage to spare_.
+  // Storage for a message's first `keep` bytes: a spare's where one holds
+  // them (no byte written), else new.
+  std::string storage(std::size_t keep);
+  // A split's message that came whole: its data to dest, its storage to spares_.
   void place_split(std::string* head, bool* placed, char* dest, std::size_t keep, std::size_t len);
   std::vector<int> poll_who_;
   // The sending side of every link (out_fd, outq, out_off, queued, lost)
   // is shared with the writer thread under out_mu_; the receiving side is
   // the caller's alone.
-  std::mutex out_mu_;
+  mutable std::mutex out_mu_;
   bool stop_ = false;
   int wake_fd_ = -1;
   std::thread writer_;
