@@ -113,6 +113,9 @@ struct GroupSpec {
   // Whether the members are told their host is oversubscribed (the store
   // then yields and takes its oversubscribed paths); default: from 3 ranks.
   int oversubscribed = -1;
+  // Where not empty: the hosts (letters, as in `hosts`) whose members are
+  // told so, the others not (instead of `oversubscribed`).
+  std::string oversubscribed_hosts;
 };
 
 // The spec on hosts named by letters, one per group rank.
@@ -151,6 +154,9 @@ class World {
     }
     ctx.shm_dir = dir.path();
     ctx.oversubscribed = g.oversubscribed < 0 ? g.size > 2 : g.oversubscribed == 1;
+    if (!g.oversubscribed_hosts.empty())
+      ctx.oversubscribed = g.oversubscribed_hosts.find(
+                               g.hosts.at(static_cast<std::size_t>(rank))) != std::string::npos;
     ctx.host_transport = g.transport;
     ctx.timeout_ms = g.timeout_ms;
     ctx.rendezvous = rv;

@@ -969,6 +969,33 @@ TEST_P(StoreHosts, MembersOfAHostThatDisagreeOnALargeBroadcastFailNamingBoth) {
 // messages alone: rank 1 (host a, led by rank 0) sends rank 0 a message
 // of the broadcast's size, then broadcasts; rank 0 receives the message
 // after the broadcast, intact, and the broadcast carries the root's data.
+// A large broadcast between hosts runs in chunks whose size depends on
+// whether a host is oversubscribed, which only that host knows: every host
+// must cut the same chunks, or the next host's receive expects another
+// length.  Host a is oversubscribed, host b not; chunks of 96 and 160 KiB,
+// so that the two cuts of 1 MiB differ; roots on both hosts, leaders and not.
+TEST_P(StoreHosts, HostsThatDifferInOversubscriptionCutALargeBroadcastAlike) {
+  store::Tuning t;
+  t.chain_chunk = 96 << 10;
+  t.chain_chunk_oversubscribed = 160 << 10;
+  GroupSpec g = on_hosts(spec("mixed-crowd", 4), "aabb", GetParam());
+  g.oversubscribed_hosts = "a";
+  World w;
+  w.run(g, t, [&](int r, Backend& b) {
+    constexpr std::size_t kBytes = 1u << 20;
+    for (int root = 0; root < 4; ++root) {
+      std::vector<std::uint8_t> buf(kBytes);
+      for (std::size_t i = 0; i < kBytes; ++i)
+        buf[i] = r == root ? static_cast<std::uint8_t>(i * 7 + root) : std::uint8_t{0};
+      Status s = b.broadcast(buf.data(), kBytes, DType::kUInt8, root, nullptr);
+      ASSERT_TRUE(s.is_ok()) << "rank " << r << ", root " << root << ": " << s.message();
+      for (std::size_t i = 0; i < kBytes; ++i)
+        ASSERT_EQ(buf[i], static_cast<std::uint8_t>(i * 7 + root))
+            << "rank " << r << ", root " << root << ", byte " << i;
+    }
+  });
+}
+
 TEST_P(StoreHosts, ABroadcastFromANonLeaderDoesNotTakeTheProgramsMessages) {
   for (std::size_t count : {std::size_t{4}, std::size_t{100000}}) {
     World w;

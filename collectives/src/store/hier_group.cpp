@@ -6,6 +6,7 @@
 #include <map>
 
 #include "accrun/log.hpp"
+#include "store/wait.hpp"
 
 namespace accrun::collectives::store {
 namespace {
@@ -95,6 +96,8 @@ HierGroup::HierGroup(const GroupContext& ctx, const Tuning& t)
   pair_buffer_max_ = t.pair_buffer_max;
   sleep_min_ = t.across_sleep_min;
   reader_gap_ = std::chrono::nanoseconds(t.across_reader_gap_ns);
+  chain_chunk_ = std::max<std::size_t>(t.chain_chunk, 1);
+  chain_chunk_crowded_ = std::max<std::size_t>(t.chain_chunk_oversubscribed, 1);
 }
 
 HierGroup::~HierGroup() {
@@ -114,7 +117,7 @@ Status HierGroup::setup(const GroupContext& ctx, int setup_timeout_ms) {
   ACCRUN_RETURN_IF_ERROR(local_->setup(local_rv_.get(), setup_timeout_ms, ctx.shm_dir));
   // A leader whose part between hosts fails (a member elsewhere died while
   // the group was made) tells its host's members, who wait for it in
-  // agree_on_lanes however long the group's timeout, and the other
+  // agree() however long the group's timeout, and the other
   // leaders, as a call that fails does.
   Status s = setup_links(ctx, setup_timeout_ms);
   if (s.is_ok()) return s;
@@ -139,22 +142,22 @@ Status HierGroup::setup_links(const GroupContext& ctx, int setup_timeout_ms) {
     const Wait w = creation_wait(setup_timeout_ms);
     ACCRUN_RETURN_IF_ERROR(links_->pair_up(others, w));
   }
-  ACCRUN_RETURN_IF_ERROR(agree_on_lanes(setup_timeout_ms));
+  ACCRUN_RETURN_IF_ERROR(agree(host_oversubscribed(ctx), setup_timeout_ms));
   log(LogLevel::kDebug, "group %s: store backend ready (%d ranks on %zu hosts, shm inside a host, %s between; %s)",
       name_.c_str(), size_, hosts_.size(), links_->name(),
       leader() ? "this rank leads its host" : "led by its host's lowest rank");
   return Status::ok();
 }
 
-// Lanes (hier_group.hpp) need every host to hold the same number of
-// members, two or more, which every member knows, and every host's members
-// to read each other's memory, which only they know: the leaders exchange
-// that, then tell their hosts.
-Status HierGroup::agree_on_lanes(int setup_timeout_ms) {
-  const std::size_t per_host = hosts_.front().size();
-  for (const auto& h : hosts_)
-    if (h.size() != per_host || per_host < 2) return Status::ok();
-  std::uint8_t all = local_->cma() ? 1 : 0;
+// What only each host knows, which the leaders exchange and then tell their
+// hosts: whether its members read each other's memory (lanes, hier_group.hpp,
+// need every host's to, and the same number of members on every host, two or
+// more, which every member knows), and whether it is oversubscribed (a large
+// broadcast's chunk between hosts: every host must cut the same chunks).
+Status HierGroup::agree(bool oversubscribed, int setup_timeout_ms) {
+  constexpr std::uint8_t kCma = 1, kCrowded = 2;
+  std::uint8_t all =
+      static_cast<std::uint8_t>((local_->cma() ? kCma : 0) | (oversubscribed ? kCrowded : 0));
   if (leader()) {
     sig_ = Sig{kSetup, 0, 0, -1, 0};
     const Wait w = creation_wait(setup_timeout_ms);
@@ -164,11 +167,19 @@ Status HierGroup::agree_on_lanes(int setup_timeout_ms) {
       links_->unborrow();  // `mine` is gone once this returns; what is still queued of it must not be
       return st;
     }
-    for (std::size_t h = 0; h < hosts_.size(); ++h)
-      if (static_cast<int>(h) != my_host_) all = all && parts[h].size() == sizeof(Sig) + 1 && parts[h].back() == 1;
+    for (std::size_t h = 0; h < hosts_.size(); ++h) {
+      if (static_cast<int>(h) == my_host_) continue;
+      const bool whole = parts[h].size() == sizeof(Sig) + 1;
+      const auto theirs = whole ? static_cast<std::uint8_t>(parts[h].back()) : std::uint8_t{0};
+      all = static_cast<std::uint8_t>((all & theirs & kCma) | ((all | theirs) & kCrowded));
+    }
   }
   ACCRUN_RETURN_IF_ERROR(local_->broadcast(&all, 1, DType::kUInt8, 0, nullptr));
-  if (all == 1) lanes_ = static_cast<int>(per_host);
+  const std::size_t per_host = hosts_.front().size();
+  bool even = per_host >= 2;
+  for (const auto& h : hosts_) even = even && h.size() == per_host;
+  if (even && (all & kCma) != 0) lanes_ = static_cast<int>(per_host);
+  if ((all & kCrowded) != 0) chain_chunk_ = chain_chunk_crowded_;
   return Status::ok();
 }
 
@@ -693,11 +704,12 @@ Status HierGroup::broadcast(void* buf, std::size_t count, DType dt, int root, vo
       StoreGroup::Piece fill, after;
       if (pos > 0 && leader()) fill = [&](std::size_t off, std::size_t n) { return lrecv(prev, b + off, n, w); };
       if (passes) after = [&](std::size_t off, std::size_t n) { return lsend(next, b + off, n, w, true); };
-      ACCRUN_RETURN_IF_ERROR(run(local_->broadcast_stream(buf, count, dt, local_root, kChainChunk, fill, after)));
+      ACCRUN_RETURN_IF_ERROR(
+          run(local_->broadcast_stream(buf, count, dt, local_root, chain_chunk_, fill, after)));
       return passes ? run(lflush(next, w)) : Status::ok();
     }
-    for (std::size_t off = 0; off < bytes; off += kChainChunk) {
-      const std::size_t n = std::min(kChainChunk, bytes - off);
+    for (std::size_t off = 0; off < bytes; off += chain_chunk_) {
+      const std::size_t n = std::min(chain_chunk_, bytes - off);
       if (pos > 0 && leader()) ACCRUN_RETURN_IF_ERROR(run(lrecv(prev, b + off, n, w)));
       // (The next host first, when this leader has the chunk already.)
       if (passes && local_root == 0) ACCRUN_RETURN_IF_ERROR(run(lsend(next, b + off, n, w, true)));

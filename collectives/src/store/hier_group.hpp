@@ -27,7 +27,8 @@
 //                  its leader sends the data down a binomial tree of
 //                  leaders, each passing it on before it broadcasts inside
 //                  its own host.  Above: down a chain of leaders from the root's
-//                  host in kChainChunk chunks, each host broadcasting a chunk
+//                  host in chunks (Tuning::chain_chunk, or
+//                  chain_chunk_oversubscribed where any host is), each host broadcasting a chunk
 //                  inside as soon as its leader has it (on the root's host,
 //                  the root broadcasts it and the leader passes it on); where
 //                  the host's members read each other's memory, one streamed
@@ -66,13 +67,6 @@ namespace accrun::collectives::store {
 class HierGroup final : public Backend {
  public:
   static constexpr std::size_t kSmallBytes = 64 * 1024;
-  // The chain's chunk.  Without cross-memory attach each costs every
-  // leader a round trip with the members of its host, which on the 4 x 2
-  // test bed (8 ranks on 2 CPUs) outweighs the pipelining smaller chunks
-  // give; 512 KiB was fastest from 1 to 4 MiB there and between 2 hosts.
-  // Streamed (no round trip), 256 KiB was slower and 1 MiB no faster
-  // (benchmarks/README.md).
-  static constexpr std::size_t kChainChunk = 512 * 1024;
   // From this size up, an allreduce between hosts whose members all read
   // each other's memory, each host with the same number of members, runs in
   // lanes (see the top of the file).
@@ -157,7 +151,7 @@ class HierGroup final : public Backend {
   int lane_peer(int host) const {
     return hosts_[static_cast<std::size_t>(host)][static_cast<std::size_t>(lane_)];
   }
-  Status agree_on_lanes(int setup_timeout_ms);
+  Status agree(bool oversubscribed, int setup_timeout_ms);
   bool doubling(std::size_t bytes, std::size_t most) const;
   Status lsend(int host, const void* data, std::size_t len, const Wait& w, bool borrow = false);
   Status lflush(int host, const Wait& w);
@@ -188,6 +182,8 @@ class HierGroup final : public Backend {
   int my_host_ = 0;
   int local_rank_ = 0;
   int lanes_ = 1;  // members per host when allreduce may run in lanes, else 1
+  std::size_t chain_chunk_ = 0;          // a large broadcast's chunk between hosts (agree())
+  std::size_t chain_chunk_crowded_ = 0;  // Tuning::chain_chunk_oversubscribed
   int lane_ = 0;   // the lane the messages between hosts are on now
   bool in_lanes_ = false;  // inside an allreduce's step between hosts in lanes
   std::unique_ptr<Rendezvous> local_rv_;    // the host group's keys, under the host's prefix

@@ -71,6 +71,20 @@ struct Tuning {
   // 3 us more for a single broadcast, whose one-way trip takes 7.4 us
   // (Open MPI's 11.2 us).  0: look without pause.
   int across_reader_gap_ns = 3000;
+  // A large broadcast between hosts runs down a chain of the hosts' leaders
+  // in chunks, each host broadcasting a chunk inside as soon as its leader
+  // has it.  A chunk costs every member of a host a wake-up and the leader
+  // system calls; smaller chunks overlap the hops more.  Between 2 hosts x
+  // 1 rank 512 KiB was fastest (4 MiB: 479 us against 544 in 256 KiB and
+  // 506 in 1 MiB chunks).  Where any host is oversubscribed the hosts do
+  // not move their chunks at the same time anyway, sharing CPUs: on 4
+  // hosts x 2 ranks (8 ranks on 2 CPUs), 4 MiB, interleaved launches,
+  // medians: 3,889 us in 512 KiB chunks against 3,416 in 1 MiB; 3,547 in
+  // 1 MiB against 3,371 in 2 MiB; 3,069 in 2 MiB against 3,522 whole
+  // (benchmarks/README.md).  Every host cuts the same chunks: the leaders
+  // agree on whether any host is oversubscribed.
+  std::size_t chain_chunk = 512 * 1024;
+  std::size_t chain_chunk_oversubscribed = 2 * 1024 * 1024;
   // From this size, allreduce on a host with more ranks than CPUs reads
   // the peers' user buffers directly with process_vm_readv (single copy,
   // three synchronisations per call) when every member can (checked at
